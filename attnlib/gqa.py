@@ -1,0 +1,276 @@
+"""Grouped-query attention: ``H`` query heads share ``G`` key/value heads.
+
+One code path covers the three classic layouts: multi-head attention is ``G = H``,
+multi-query attention is ``G = 1``, and grouped-query attention anything in between
+(``G`` must divide ``H``). Query head ``h`` reads KV head ``h // (H // G)``.
+
+Per head ``h``, with ``g = h // (H // G)``::
+
+    Q_h = X_Q W_Q^h,  K_g = X_KV W_K^g,  V_g = X_KV W_V^g,
+    Y_h = Z_h^-1 A_h V_g,  A_h = exp(Q_h K_g^T / sqrt(d_head)),
+    Y   = concat_col(Y_1 .. Y_H) W_O.
+
+Only ``K`` and ``V`` are cached, so the cache holds ``2 * G * d_head`` numbers per token
+and layer instead of ``2 * H * d_head``: sharing the keys and values is what saves memory.
+Queries are never shared.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from attnlib._checks import (
+    check_divisible,
+    check_last_dim,
+    check_positive_float,
+    check_positive_int,
+    check_tensor,
+)
+from attnlib.cache import KVCache
+from attnlib.core import attention
+from attnlib.heads import merge_heads, repeat_kv, split_heads
+from attnlib.rope import apply_rope
+
+__all__ = [
+    "GroupedQueryAttention",
+    "MultiHeadAttention",
+    "MultiQueryAttention",
+    "grouped_query_attention",
+]
+
+
+def grouped_query_attention(
+    Q: torch.Tensor,
+    K: torch.Tensor,
+    V: torch.Tensor,
+    *,
+    mask: torch.Tensor | None = None,
+    causal: bool = False,
+    scale: float | None = None,
+    impl: str = "auto",
+) -> torch.Tensor:
+    """Softmax attention of ``H`` query heads over ``G`` shared key/value heads.
+
+    Args:
+        Q: ``(..., H, N_Q, d_head)`` queries.
+        K: ``(..., G, N_KV, d_head)`` keys; ``G`` divides ``H``.
+        V: ``(..., G, N_KV, d_v)`` values.
+        mask: bool, broadcastable to ``(..., H, N_Q, N_KV)``; True = may attend.
+        causal: bottom-right aligned causal mask.
+        scale: default ``1/sqrt(d_head)``.
+        impl: ``"auto"`` (fused SDPA) or ``"explicit"`` (``Z^-1 A V`` literally).
+
+    Returns:
+        ``(..., H, N_Q, d_v)``: head ``h`` attended with KV head ``h // (H // G)``.
+
+    Equivalent to ``F.scaled_dot_product_attention(Q, K, V, enable_gqa=True)``.
+
+    Lesson: 06_gqa.
+    """
+    check_tensor("Q", Q, min_dim=3)
+    check_tensor("K", K, min_dim=3)
+    check_tensor("V", V, min_dim=3)
+    h, g = Q.shape[-3], K.shape[-3]
+    if V.shape[-3] != g:
+        raise ValueError(
+            "K and V must have the same number of KV heads G in dimension -3; "
+            f"got K {tuple(K.shape)} and V {tuple(V.shape)}"
+        )
+    check_divisible("the number of query heads Q.shape[-3]", h, "the number of KV heads G", g)
+    # Expanding K and V to H heads is the clearest statement of the group map; the
+    # saving GQA buys is in what the cache holds (G heads), not in this arithmetic.
+    return attention(
+        Q, repeat_kv(K, h), repeat_kv(V, h), mask=mask, causal=causal, scale=scale, impl=impl
+    )
+
+
+def _init_weight(shape: tuple[int, int], device, dtype) -> nn.Parameter:
+    """Uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)) like ``nn.Linear``, stored as ``(in, out)``."""
+    bound = 1.0 / math.sqrt(shape[0])
+    W = torch.empty(shape, device=device, dtype=dtype)
+    return nn.Parameter(nn.init.uniform_(W, -bound, bound))
+
+
+def _head_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """Insert the head axis: a mask given as ``(..., N_Q, N_KV)`` applies to every head."""
+    if mask is None:
+        return None
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask must be a bool torch.Tensor; got {type(mask).__name__}")
+    if mask.dim() < 2:
+        raise ValueError(
+            "mask must have shape (..., N_Q, N_KV) (at least 2 dimensions); "
+            f"got {tuple(mask.shape)}"
+        )
+    return mask.unsqueeze(-3)
+
+
+def _rope_positions(
+    positions: torch.Tensor | None, n: int, start: int, device: torch.device
+) -> torch.Tensor:
+    """Positions as ``(N,)`` or ``(B, 1, N)`` for per-head tensors; default from ``start``."""
+    if positions is None:
+        return torch.arange(start, start + n, device=device)
+    if not isinstance(positions, torch.Tensor):
+        positions = torch.as_tensor(positions, device=device)
+    if positions.shape[-1:] != (n,) or positions.dim() > 2:
+        raise ValueError(
+            f"positions must have shape (N,) or (B, N) with N = {n} tokens; "
+            f"got {tuple(positions.shape)}"
+        )
+    return positions if positions.dim() == 1 else positions[:, None, :]
+
+
+class GroupedQueryAttention(nn.Module):
+    """Grouped-query attention with ``n_heads`` query heads and ``n_kv_heads`` KV heads.
+
+    Parameters (multiplying from the right, as in the paper):
+    ``W_Q (d_in, H*d_head)``, ``W_K`` and ``W_V (d_in, G*d_head)``, ``W_O (H*d_head, d_out)``.
+
+    Args:
+        d_in: input width.
+        n_heads: ``H`` query heads.
+        n_kv_heads: ``G`` key/value heads; must divide ``n_heads``.
+        d_head: width of each head.
+        d_out: output width; ``None`` means ``d_in``.
+        rope_base: RoPE base for self-attention; ``None`` means no RoPE.
+        rope_interleaved: RoPE pairing, see :mod:`attnlib.rope`.
+        device: where the parameters live.
+        dtype: their dtype.
+
+    Example:
+        >>> attn = GroupedQueryAttention(d_in=32, n_heads=8, n_kv_heads=2, d_head=4)
+        >>> attn(torch.randn(3, 10, 32), causal=True).shape
+        torch.Size([3, 10, 32])
+
+    Lesson: 03_multi_head_attention (G = H), 06_gqa.
+    """
+
+    def __init__(
+        self,
+        d_in: int,
+        n_heads: int,
+        n_kv_heads: int,
+        d_head: int,
+        d_out: int | None = None,
+        *,
+        rope_base: float | None = None,
+        rope_interleaved: bool = False,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        self.d_in = check_positive_int("d_in", d_in)
+        self.n_heads = check_positive_int("n_heads", n_heads)
+        self.n_kv_heads = check_positive_int("n_kv_heads", n_kv_heads)
+        self.d_head = check_positive_int("d_head", d_head)
+        self.d_out = d_in if d_out is None else check_positive_int("d_out", d_out)
+        check_divisible("n_heads", n_heads, "n_kv_heads", n_kv_heads)
+        if rope_base is not None:
+            check_positive_float("rope_base", rope_base)
+            if d_head % 2:
+                raise ValueError(
+                    f"d_head must be even when rope_base is set (RoPE rotates pairs); got {d_head}"
+                )
+        self.rope_base = rope_base
+        self.rope_interleaved = rope_interleaved
+        kw = {"device": device, "dtype": dtype}
+        self.W_Q = _init_weight((d_in, n_heads * d_head), **kw)
+        self.W_K = _init_weight((d_in, n_kv_heads * d_head), **kw)
+        self.W_V = _init_weight((d_in, n_kv_heads * d_head), **kw)
+        self.W_O = _init_weight((n_heads * d_head, self.d_out), **kw)
+
+    @property
+    def group_size(self) -> int:
+        """``s = H // G``: how many query heads read each KV head."""
+        return self.n_heads // self.n_kv_heads
+
+    def forward(
+        self,
+        X: torch.Tensor,
+        X_KV: torch.Tensor | None = None,
+        *,
+        causal: bool = False,
+        mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        impl: str = "auto",
+    ) -> torch.Tensor:
+        """``Y = concat_col(Z_h^-1 A_h V_g(h)) W_O``.
+
+        Args:
+            X: ``(..., N_Q, d_in)`` the tokens that ask (queries).
+            X_KV: ``(..., N_KV, d_in)`` the tokens that answer (cross-attention); ``None``
+                means self-attention on ``X``. RoPE applies to self-attention only.
+            causal: bottom-right aligned causal mask (with a cache: each new token sees
+                every cached token and the new ones up to itself).
+            mask: bool, broadcastable to ``(..., N_Q, N_KV)`` and shared by every head,
+                e.g. :func:`attnlib.masks.key_padding_mask`.
+            positions: RoPE positions, ``(N_Q,)`` or ``(B, N_Q)``; ``None`` means
+                ``0 .. N_Q - 1`` continuing from ``cache.n_tokens``.
+            cache: a :class:`KVCache` to append to and attend over (self-attention only).
+            impl: ``"auto"`` or ``"explicit"``, passed to :func:`attnlib.core.attention`.
+
+        Returns:
+            ``(..., N_Q, d_out)``.
+        """
+        check_tensor("X", X, min_dim=2)
+        check_last_dim("X", X, self.d_in, "d_in of this module")
+        if X_KV is not None:
+            check_tensor("X_KV", X_KV, min_dim=2)
+            check_last_dim("X_KV", X_KV, self.d_in, "d_in of this module")
+            if cache is not None:
+                raise ValueError("cache must be None for cross-attention (X_KV given)")
+        if cache is not None and not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be an attnlib.KVCache; got {type(cache).__name__}")
+        source = X if X_KV is None else X_KV
+        Q = split_heads(X @ self.W_Q, self.n_heads)  # (..., H, N_Q, d_head)
+        K = split_heads(source @ self.W_K, self.n_kv_heads)  # (..., G, N_KV, d_head)
+        V = split_heads(source @ self.W_V, self.n_kv_heads)  # (..., G, N_KV, d_head)
+        if self.rope_base is not None and X_KV is None:
+            start = 0 if cache is None else cache.n_tokens
+            pos = _rope_positions(positions, X.shape[-2], start, X.device)
+            Q = apply_rope(Q, pos, base=self.rope_base, interleaved=self.rope_interleaved)
+            K = apply_rope(K, pos, base=self.rope_base, interleaved=self.rope_interleaved)
+        if cache is not None:
+            K, V = cache.update(K, V)  # every token so far, keys already rotated
+        Y = grouped_query_attention(Q, K, V, mask=_head_mask(mask), causal=causal, impl=impl)
+        return merge_heads(Y) @ self.W_O  # (..., N_Q, d_out)
+
+    def extra_repr(self) -> str:
+        rope = "" if self.rope_base is None else f", rope_base={self.rope_base:g}"
+        return (
+            f"d_in={self.d_in}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
+            f"d_head={self.d_head}, d_out={self.d_out}{rope}"
+        )
+
+
+class MultiHeadAttention(GroupedQueryAttention):
+    """Multi-head attention: :class:`GroupedQueryAttention` with ``n_kv_heads = n_heads``.
+
+    Every query head has its own key/value head (``G = H``).
+
+    Lesson: 03_multi_head_attention.
+    """
+
+    def __init__(
+        self, d_in: int, n_heads: int, d_head: int, d_out: int | None = None, **kw
+    ) -> None:
+        super().__init__(d_in, n_heads, n_heads, d_head, d_out, **kw)
+
+
+class MultiQueryAttention(GroupedQueryAttention):
+    """Multi-query attention: :class:`GroupedQueryAttention` with ``n_kv_heads = 1``.
+
+    Every query head reads the one shared key/value head (``G = 1``).
+
+    Lesson: 06_gqa.
+    """
+
+    def __init__(
+        self, d_in: int, n_heads: int, d_head: int, d_out: int | None = None, **kw
+    ) -> None:
+        super().__init__(d_in, n_heads, 1, d_head, d_out, **kw)

@@ -1,0 +1,114 @@
+"""Heads are column blocks: splitting, merging and the grouped-query map.
+
+A projection ``X @ W_Q`` with ``W_Q`` of shape ``(d_in, H * d_head)`` computes every head
+at once; "splitting into heads" only reshapes its output columns into ``H`` blocks of
+``d_head``. Every head reads the same full ``X`` (the input is never partitioned).
+
+Grouped-query attention keeps ``G`` key/value heads for ``H`` query heads. With group
+size ``s = H // G``, query head ``h`` (0-based) reads KV head ``h // s``; the paper writes
+the same map 1-based as ``g(h) = floor((h - 1) / s) + 1``. ``G = H`` is multi-head
+attention (MHA) and ``G = 1`` is multi-query attention (MQA).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attnlib._checks import check_divisible, check_positive_int, check_tensor
+
+__all__ = ["kv_head_index", "merge_heads", "repeat_kv", "split_heads"]
+
+
+def split_heads(X: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Reshape ``(..., N, H * d_head)`` into ``(..., H, N, d_head)``.
+
+    Column block ``h`` (columns ``h * d_head`` to ``(h + 1) * d_head - 1``) becomes head
+    ``h``: the layout of ``W_Q = (W_Q^1 | ... | W_Q^H)``.
+
+    Args:
+        X: ``(..., N, H * d_head)``, e.g. ``X @ W_Q``.
+        n_heads: ``H``; must divide the last dimension.
+
+    Returns:
+        ``(..., H, N, d_head)`` (a view when possible).
+
+    Example:
+        >>> split_heads(torch.zeros(2, 5, 12), 3).shape
+        torch.Size([2, 3, 5, 4])
+
+    Lesson: 03_multi_head_attention.
+    """
+    check_tensor("X", X, min_dim=2, floating=False)
+    check_positive_int("n_heads", n_heads)
+    check_divisible("X.shape[-1]", X.shape[-1], "n_heads", n_heads)
+    *batch, n, width = X.shape
+    return X.reshape(*batch, n, n_heads, width // n_heads).transpose(-3, -2)
+
+
+def merge_heads(Y: torch.Tensor) -> torch.Tensor:
+    """Reshape ``(..., H, N, d_head)`` into ``(..., N, H * d_head)``: ``concat_col(Y_h)``.
+
+    The inverse of :func:`split_heads`; its output is what ``W_O`` multiplies.
+
+    Args:
+        Y: ``(..., H, N, d_head)``.
+
+    Returns:
+        ``(..., N, H * d_head)``.
+
+    Lesson: 03_multi_head_attention.
+    """
+    check_tensor("Y", Y, min_dim=3, floating=False)
+    *batch, h, n, d = Y.shape
+    return Y.transpose(-3, -2).reshape(*batch, n, h * d)
+
+
+def kv_head_index(
+    n_heads: int, n_kv_heads: int, *, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """The group map: entry ``h`` is the KV head that query head ``h`` reads, ``h // (H // G)``.
+
+    Args:
+        n_heads: ``H`` query heads.
+        n_kv_heads: ``G`` key/value heads; must divide ``H``.
+        device: where to build the index.
+
+    Returns:
+        ``(H,)`` long tensor.
+
+    Example:
+        >>> kv_head_index(8, 2)
+        tensor([0, 0, 0, 0, 1, 1, 1, 1])
+
+    Lesson: 06_gqa.
+    """
+    check_positive_int("n_heads", n_heads)
+    check_positive_int("n_kv_heads", n_kv_heads)
+    check_divisible("n_heads", n_heads, "n_kv_heads", n_kv_heads)
+    return torch.arange(n_heads, device=device) // (n_heads // n_kv_heads)
+
+
+def repeat_kv(KV: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Give each query head its group's keys (or values): ``(..., G, N, d) -> (..., H, N, d)``.
+
+    Equivalent to ``KV.index_select(-3, kv_head_index(H, G))`` and to
+    ``KV.repeat_interleave(H // G, dim=-3)``: consecutive query heads share a KV head.
+
+    Args:
+        KV: ``(..., G, N, d)`` keys or values, one per KV head.
+        n_heads: ``H``; a multiple of ``G``.
+
+    Returns:
+        ``(..., H, N, d)``.
+
+    Lesson: 06_gqa.
+    """
+    check_tensor("KV", KV, min_dim=3, floating=False)
+    check_positive_int("n_heads", n_heads)
+    g = KV.shape[-3]
+    check_divisible("n_heads", n_heads, "the number of KV heads KV.shape[-3]", g)
+    if g == n_heads:
+        return KV
+    *batch, _, n, d = KV.shape
+    s = n_heads // g
+    return KV.unsqueeze(-3).expand(*batch, g, s, n, d).reshape(*batch, n_heads, n, d)

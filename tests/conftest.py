@@ -1,0 +1,50 @@
+"""Shared fixtures: every test runs on the default device, and on CUDA too when present.
+
+``ATTNLIB_DEVICE`` picks the default device (see :func:`attnlib.default_device`); with a
+GPU, ``ATTNLIB_DEVICE=cuda pytest`` runs the whole suite there.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import attnlib
+
+
+def _devices() -> list[torch.device]:
+    devices = [attnlib.default_device()]
+    if torch.cuda.is_available() and all(d.type != "cuda" for d in devices):
+        devices.append(torch.device("cuda"))
+    return devices
+
+
+DEVICES = _devices()
+
+
+@pytest.fixture(params=DEVICES, ids=[str(d) for d in DEVICES])
+def device(request: pytest.FixtureRequest) -> torch.device:
+    """Each device the suite runs on: the default one, plus CUDA when available."""
+    return request.param
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    """Every test starts from the same random state."""
+    torch.manual_seed(0)
+
+
+@pytest.fixture
+def gen() -> torch.Generator:
+    """A seeded CPU generator, for tests that draw their own data."""
+    return torch.Generator().manual_seed(1234)
+
+
+def tolerances(dtype: torch.dtype) -> dict[str, float]:
+    """``assert_close`` tolerances fitting each dtype's precision."""
+    return {
+        torch.float64: {"atol": 1e-10, "rtol": 1e-10},
+        torch.float32: {"atol": 1e-5, "rtol": 1e-5},
+        torch.bfloat16: {"atol": 2e-2, "rtol": 2e-2},
+        torch.float16: {"atol": 2e-3, "rtol": 2e-3},
+    }[dtype]

@@ -1,0 +1,138 @@
+"""attnlib.rope: relative positions, the two pairings, and orthogonality."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attnlib import apply_rope, rope_frequencies, rope_matrix, rope_permutation
+
+
+def _explicit_rope(x, m, base, interleaved):
+    """Rotate each pair of one vector with 2 x 2 rotation matrices, one pair at a time."""
+    d = x.shape[-1]
+    out = x.clone()
+    for i in range(d // 2):
+        p, q = (2 * i, 2 * i + 1) if interleaved else (i, i + d // 2)
+        a = m * base ** (-2 * i / d)
+        rot = torch.tensor([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]],
+                           dtype=x.dtype)
+        out[[p, q]] = rot @ x[[p, q]]
+    return out
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("base", [10000.0, 500000.0, 7.5])
+def test_matches_explicit_rotations(interleaved, base, gen):
+    X = torch.randn(6, 8, dtype=torch.float64, generator=gen)
+    pos = torch.tensor([0, 1, 2, 5, 17, 1000])
+    out = apply_rope(X, pos, base=base, interleaved=interleaved)
+    for r in range(6):
+        ref = _explicit_rope(X[r], int(pos[r]), base, interleaved)
+        torch.testing.assert_close(out[r], ref)
+        R = rope_matrix(int(pos[r]), 8, base=base, interleaved=interleaved)
+        torch.testing.assert_close(out[r], R @ X[r])
+
+
+def test_half_split_matches_hugging_face_rotate_half(gen):
+    """q * cos + rotate_half(q) * sin, with cos/sin repeated over both halves (HF Llama)."""
+    d, base = 8, 10000.0
+    q = torch.randn(2, 3, 5, d, dtype=torch.float64, generator=gen)
+    pos = torch.arange(5)
+    inv_freq = 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    freqs = pos[:, None].double() * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+
+    def rotate_half(x):
+        return torch.cat((-x[..., d // 2 :], x[..., : d // 2]), dim=-1)
+
+    ref = q * emb.cos() + rotate_half(q) * emb.sin()
+    torch.testing.assert_close(apply_rope(q, pos, base=base), ref)
+
+
+def test_interleaved_matches_complex_multiplication(gen):
+    """Meta's original Llama code: view pairs as complex numbers, multiply by e^{i m theta}."""
+    d = 6
+    x = torch.randn(4, d, dtype=torch.float64, generator=gen)
+    pos = torch.arange(4)
+    theta = rope_frequencies(d)
+    z = torch.view_as_complex(x.reshape(4, d // 2, 2).contiguous())
+    ref = torch.view_as_real(z * torch.polar(torch.ones(4, d // 2, dtype=torch.float64),
+                                             pos[:, None] * theta)).reshape(4, d)
+    torch.testing.assert_close(apply_rope(x, pos, interleaved=True), ref)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_dot_product_depends_only_on_offset(interleaved, gen):
+    q = torch.randn(16, dtype=torch.float64, generator=gen)
+    k = torch.randn(16, dtype=torch.float64, generator=gen)
+
+    def score(m, n):
+        qm = apply_rope(q[None], torch.tensor([m]), interleaved=interleaved)[0]
+        kn = apply_rope(k[None], torch.tensor([n]), interleaved=interleaved)[0]
+        return torch.dot(qm, kn)
+
+    for offset in (0, 1, 7, -3):
+        values = torch.stack([score(m, m + offset) for m in (3, 10, 250, 4096)])
+        torch.testing.assert_close(values, values[:1].expand(4))
+    assert not torch.allclose(score(0, 1), score(0, 5))
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_norms_are_kept(interleaved, gen):
+    X = torch.randn(3, 50, 32, dtype=torch.float64, generator=gen)
+    out = apply_rope(X, torch.arange(50) * 37, interleaved=interleaved)
+    torch.testing.assert_close(out.norm(dim=-1), X.norm(dim=-1))
+    R = rope_matrix(123, 32, interleaved=interleaved)
+    torch.testing.assert_close(R @ R.T, torch.eye(32, dtype=torch.float64))
+
+
+def test_pairings_agree_after_permuting_weight_columns(gen):
+    """Interleaved RoPE on W_Q, W_K equals half-split RoPE on column-permuted weights."""
+    d_in, d = 10, 8
+    X = torch.randn(7, d_in, dtype=torch.float64, generator=gen)
+    W_Q = torch.randn(d_in, d, dtype=torch.float64, generator=gen)
+    W_K = torch.randn(d_in, d, dtype=torch.float64, generator=gen)
+    pos = torch.arange(7)
+    Qi = apply_rope(X @ W_Q, pos, interleaved=True)
+    Ki = apply_rope(X @ W_K, pos, interleaved=True)
+    perm = rope_permutation(d)
+    Qh = apply_rope(X @ W_Q[:, perm], pos)
+    Kh = apply_rope(X @ W_K[:, perm], pos)
+    torch.testing.assert_close(Qi @ Ki.T, Qh @ Kh.T)
+    torch.testing.assert_close(Qh, Qi[:, perm])
+    # Without the permutation the two conventions give different logits.
+    Qw, Kw = apply_rope(X @ W_Q, pos), apply_rope(X @ W_K, pos)
+    assert not torch.allclose(Qi @ Ki.T, Qw @ Kw.T)
+
+
+def test_positions_broadcast_per_sequence(gen):
+    X = torch.randn(2, 3, 4, 8, generator=gen)  # (B, H, N, d)
+    pos = torch.tensor([[0, 1, 2, 3], [10, 11, 12, 13]])[:, None, :]  # (B, 1, N)
+    out = apply_rope(X, pos)
+    torch.testing.assert_close(out[1], apply_rope(X[1], torch.arange(10, 14)))
+
+
+def test_bfloat16_keeps_dtype(device, gen):
+    X = torch.randn(4, 16, generator=gen).to(device)
+    out = apply_rope(X.bfloat16(), torch.arange(4, device=device))
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), apply_rope(X, torch.arange(4, device=device)),
+                               atol=2e-2, rtol=2e-2)
+
+
+@settings(max_examples=30, deadline=None)
+@given(half=st.integers(1, 8), m=st.integers(0, 5000), n=st.integers(0, 5000),
+       base=st.floats(2.0, 1e6), interleaved=st.booleans(), seed=st.integers(0, 999))
+def test_property_relative_position(half, m, n, base, interleaved, seed):
+    g = torch.Generator().manual_seed(seed)
+    d = 2 * half
+    q, k = torch.randn(2, d, dtype=torch.float64, generator=g)
+    qm = apply_rope(q[None], torch.tensor([m]), base=base, interleaved=interleaved)[0]
+    kn = apply_rope(k[None], torch.tensor([n]), base=base, interleaved=interleaved)[0]
+    k_rel = apply_rope(k[None], torch.tensor([n - m]), base=base, interleaved=interleaved)[0]
+    torch.testing.assert_close(torch.dot(qm, kn), torch.dot(q, k_rel), atol=1e-9, rtol=1e-9)
