@@ -7,6 +7,7 @@ user input anywhere in attnlib.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -58,8 +59,8 @@ def check_positive_float(name: str, value: object) -> float:
     """``value`` must be a real number > 0."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a positive number; got {value!r} ({type(value).__name__})")
-    if not value > 0:
-        raise ValueError(f"{name} must be a positive number (> 0); got {value}")
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a finite positive number (> 0); got {value}")
     return float(value)
 
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tolerances
+from attnlib_testing import tolerances
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -1,0 +1,622 @@
+"""Multi-head latent attention (MLA, DeepSeek-V2): every head reads one shared low-rank latent.
+
+MLA factors the key and value projections through a latent of width ``d_L`` shared by all
+``H`` heads, and (optionally) the query projection through a latent of width ``d_LQ``::
+
+    W_K = W_L W_LK,   W_V = W_L W_LV,   W_Q = W_LQ W_LQQ,
+    L = X W_L,        L_Q = X W_LQ   (L_Q = X when there is no query latent),
+    K_h = L W_LK^h,   V_h = L W_LV^h,   Q_h = L_Q W_LQQ^h,
+    Y = concat_col(Z_h^-1 A_h V_h) W_O,   A_h = exp(Q_h K_h^T / sqrt(d_head)).
+
+Here ``W_LK^h`` is column block ``h`` of ``W_LK`` (and likewise for the others). Only ``L``
+is cached: ``d_L`` numbers per token and layer instead of ``2 * H * d_head``. Without
+positions in the logits this is exactly multi-head attention with low-rank ``W_K``,
+``W_V`` (and ``W_Q``); the rank limit ``rank(W_K) <= d_L`` is the only approximation.
+
+**Weight absorption.** The per-head factors that meet inside the logits and after the
+average merge into two matrices, so ``K_h`` and ``V_h`` never need to exist::
+
+    Q_h K_h^T = L_Q W_LQQ^h (W_LK^h)^T L^T = L_Q W_LQK^h L^T,
+    W_LQK^h = W_LQQ^h (W_LK^h)^T                       (d_LQ x d_L),
+    Y = concat_col(Z_h^-1 A_h L) W_LO,
+    W_LO = blockdiag(W_LV^1, ..., W_LV^H) W_O          (H d_L x d_out).
+
+Read this way, absorbed MLA is multi-query attention whose single key and value head is
+the latent ``L`` itself.
+
+**Decoupled RoPE.** A rotation ``R_j`` between ``W_LQQ^h`` and ``(W_LK^h)^T`` would block
+the merge (``L_Q W_LQQ^h R_i^T R_j (W_LK^h)^T L^T`` depends on the positions), so the
+latent stays unrotated and a small extra part of width ``d_R`` carries the position: a
+per-head rotated query ``q_R,h = RoPE(L_Q W_QR^h)`` and ONE rotated key
+``k_R = RoPE(X W_KR)`` shared by all heads (it is cached beside ``L``)::
+
+    logits_h = (Q_h K_h^T + q_R,h k_R^T) / sqrt(d_head + d_R).
+
+With ``latent_norm=True`` both latents pass through an RMSNorm (``eps = 1e-6``, learnable
+gains ``g_L`` and ``g_LQ``) as in DeepSeek-V2; the rotary key part is not normalised.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from attnlib._checks import (
+    check_divisible,
+    check_even,
+    check_last_dim,
+    check_nonnegative_int,
+    check_positive_float,
+    check_positive_int,
+    check_tensor,
+)
+from attnlib.cache import LatentCache
+from attnlib.core import attention
+from attnlib.gqa import GroupedQueryAttention, _head_mask, _init_weight, _rope_positions
+from attnlib.heads import kv_head_index, merge_heads, split_heads
+from attnlib.rope import apply_rope
+
+__all__ = [
+    "MultiHeadLatentAttention",
+    "mla_absorbed",
+    "mla_from_mha",
+    "mla_merged_weights",
+    "mla_naive",
+]
+
+_HALF = (torch.float16, torch.bfloat16)
+_RMS_EPS = 1e-6
+
+
+def _check_matrix(name: str, W: object, rows: int | None = None) -> torch.Tensor:
+    """``W`` must be a floating 2-D tensor, with ``rows`` rows when that is given."""
+    check_tensor(name, W, min_dim=2)
+    if W.dim() != 2:
+        raise ValueError(f"{name} must be a matrix (2-D); got shape {tuple(W.shape)}")
+    if rows is not None and W.shape[0] != rows:
+        raise ValueError(
+            f"{name} must have {rows} rows to multiply what comes before it; "
+            f"got shape {tuple(W.shape)}"
+        )
+    return W
+
+
+def _check_rope_parts(
+    q_R: torch.Tensor | None, k_R: torch.Tensor | None, n_heads: int, n_q: int, n_kv: int
+) -> int:
+    """``q_R (..., H, N_Q, d_R)`` and ``k_R (..., N_KV, d_R)`` come together; return ``d_R``."""
+    if (q_R is None) != (k_R is None):
+        raise ValueError(
+            "q_R and k_R must be given together (decoupled RoPE on) or both be None; "
+            f"got q_R: {q_R is not None}, k_R: {k_R is not None}"
+        )
+    if q_R is None:
+        return 0
+    check_tensor("q_R", q_R, min_dim=3)
+    check_tensor("k_R", k_R, min_dim=2)
+    if q_R.shape[-3:-1] != (n_heads, n_q):
+        raise ValueError(
+            f"q_R must have shape (..., H, N_Q, d_R) with H = {n_heads} heads and N_Q = {n_q} "
+            f"queries; got shape {tuple(q_R.shape)}"
+        )
+    if k_R.shape[-2] != n_kv:
+        raise ValueError(
+            f"k_R must have one row per key (N_KV = {n_kv}, the rows of L); "
+            f"got shape {tuple(k_R.shape)}"
+        )
+    check_last_dim("k_R", k_R, q_R.shape[-1], "the rotary width d_R of q_R")
+    return q_R.shape[-1]
+
+
+def mla_naive(
+    L_Q: torch.Tensor,
+    L: torch.Tensor,
+    W_LQQ: torch.Tensor,
+    W_LK: torch.Tensor,
+    W_LV: torch.Tensor,
+    W_O: torch.Tensor,
+    n_heads: int,
+    *,
+    q_R: torch.Tensor | None = None,
+    k_R: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    causal: bool = False,
+    scale: float | None = None,
+    impl: str = "auto",
+) -> torch.Tensor:
+    """MLA read off the latents: ``Y = concat_col(Z_h^-1 A_h V_h) W_O`` with ``K_h = L W_LK^h``.
+
+    Each head's keys and values are built from the shared latent
+    (``K_h = L W_LK^h``, ``V_h = L W_LV^h``, ``Q_h = L_Q W_LQQ^h``) and ordinary softmax
+    attention runs per head. With decoupled RoPE the rotated parts are appended:
+    ``[Q_h | q_R,h]`` against ``[K_h | k_R]``, the same ``k_R`` for every head.
+
+    Args:
+        L_Q: ``(..., N_Q, d_LQ)`` query latent (``X`` itself, width ``d_in``, when there is
+            no query latent).
+        L: ``(..., N_KV, d_L)`` key/value latent ``X W_L`` (normalised if the model does so).
+        W_LQQ: ``(d_LQ, H * d_head)``.
+        W_LK: ``(d_L, H * d_head)``.
+        W_LV: ``(d_L, H * d_v)``.
+        W_O: ``(H * d_v, d_out)``.
+        n_heads: ``H``.
+        q_R: ``(..., H, N_Q, d_R)`` rotated query parts, or None without decoupled RoPE.
+        k_R: ``(..., N_KV, d_R)`` the rotated key part shared by every head, or None.
+        mask: bool, broadcastable to ``(..., H, N_Q, N_KV)``; True = may attend.
+        causal: bottom-right aligned causal mask.
+        scale: multiplies the logits; default ``1/sqrt(d_head + d_R)``.
+        impl: ``"auto"`` (fused SDPA) or ``"explicit"``, see :func:`attnlib.core.attention`.
+
+    Returns:
+        ``(..., N_Q, d_out)``.
+
+    Equivalent to multi-head attention with ``W_Q = W_LQ W_LQQ``, ``W_K = W_L W_LK`` and
+    ``W_V = W_L W_LV`` when there is no RoPE part.
+
+    Lesson: 07_mla (decoupled RoPE: 08_rope).
+    """
+    check_positive_int("n_heads", n_heads)
+    check_tensor("L_Q", L_Q, min_dim=2)
+    check_tensor("L", L, min_dim=2)
+    _check_matrix("W_LQQ", W_LQQ, L_Q.shape[-1])
+    _check_matrix("W_LK", W_LK, L.shape[-1])
+    _check_matrix("W_LV", W_LV, L.shape[-1])
+    check_divisible("W_LK.shape[1]", W_LK.shape[1], "n_heads", n_heads)
+    check_divisible("W_LV.shape[1]", W_LV.shape[1], "n_heads", n_heads)
+    if W_LQQ.shape[1] != W_LK.shape[1]:
+        raise ValueError(
+            "W_LQQ and W_LK must have the same number of columns H * d_head (queries and "
+            f"keys meet in dot products); got W_LQQ {tuple(W_LQQ.shape)}, W_LK {tuple(W_LK.shape)}"
+        )
+    _check_matrix("W_O", W_O, W_LV.shape[1])
+    d_rope = _check_rope_parts(q_R, k_R, n_heads, L_Q.shape[-2], L.shape[-2])
+    d_head = W_LK.shape[1] // n_heads
+    scale = 1.0 / math.sqrt(d_head + d_rope) if scale is None else scale
+    Q = split_heads(L_Q @ W_LQQ, n_heads)  # (..., H, N_Q, d_head)
+    K = split_heads(L @ W_LK, n_heads)  # (..., H, N_KV, d_head)
+    V = split_heads(L @ W_LV, n_heads)  # (..., H, N_KV, d_v)
+    if d_rope:
+        k_R = k_R.unsqueeze(-3).expand(*K.shape[:-1], d_rope)  # one key part, every head
+        Q = torch.cat((Q, q_R), dim=-1)  # (..., H, N_Q, d_head + d_R)
+        K = torch.cat((K, k_R), dim=-1)  # (..., H, N_KV, d_head + d_R)
+    Y = attention(Q, K, V, mask=mask, causal=causal, scale=scale, impl=impl)  # (..., H, N_Q, d_v)
+    return merge_heads(Y) @ W_O  # (..., N_Q, d_out)
+
+
+def mla_absorbed(
+    L_Q: torch.Tensor,
+    L: torch.Tensor,
+    W_LQK: torch.Tensor,
+    W_LO: torch.Tensor,
+    *,
+    scale: float,
+    q_R: torch.Tensor | None = None,
+    k_R: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    causal: bool = False,
+    impl: str = "auto",
+) -> torch.Tensor:
+    """Absorbed MLA: ``Y = concat_col(Z_h^-1 A_h L) W_LO`` with ``A_h = exp(L_Q W_LQK^h L^T)``.
+
+    No per-head key or value is formed. Head ``h`` turns its query into latent
+    coordinates (``L_Q W_LQK^h``, width ``d_L``), scores it against the rows of ``L`` and
+    averages the rows of ``L``; ``W_LO`` then maps every head's averaged latent to the
+    output. All heads share one key/value "head", ``L`` (plus ``k_R`` in the logits), so
+    this is multi-query attention over the latent.
+
+    The scale must be given: the merged weights no longer show ``d_head``, and the logits
+    still need ``1/sqrt(d_head + d_R)`` to match :func:`mla_naive`.
+
+    Args:
+        L_Q: ``(..., N_Q, d_LQ)`` query latent (``X`` when there is no query latent).
+        L: ``(..., N_KV, d_L)`` key/value latent.
+        W_LQK: ``(H, d_LQ, d_L)``; slice ``h`` is ``W_LQQ^h (W_LK^h)^T``.
+        W_LO: ``(H * d_L, d_out)``, ``blockdiag(W_LV^1, ..., W_LV^H) W_O``.
+        scale: multiplies the logits, ``1/sqrt(d_head + d_R)`` for the model's weights.
+        q_R: ``(..., H, N_Q, d_R)`` rotated query parts, or None without decoupled RoPE.
+        k_R: ``(..., N_KV, d_R)`` the shared rotated key part, or None.
+        mask: bool, broadcastable to ``(..., H, N_Q, N_KV)``; True = may attend.
+        causal: bottom-right aligned causal mask.
+        impl: ``"auto"`` (fused SDPA) or ``"explicit"``.
+
+    Returns:
+        ``(..., N_Q, d_out)``, equal to :func:`mla_naive` on the unmerged weights.
+
+    Lesson: 07_mla (decoupled RoPE: 08_rope).
+    """
+    check_tensor("L_Q", L_Q, min_dim=2)
+    check_tensor("L", L, min_dim=2)
+    check_tensor("W_LQK", W_LQK, min_dim=3)
+    if W_LQK.dim() != 3 or W_LQK.shape[1:] != (L_Q.shape[-1], L.shape[-1]):
+        raise ValueError(
+            f"W_LQK must have shape (H, d_LQ, d_L) = (H, {L_Q.shape[-1]}, {L.shape[-1]}) "
+            f"to sit between L_Q and L^T; got {tuple(W_LQK.shape)}"
+        )
+    n_heads, d_latent = W_LQK.shape[0], L.shape[-1]
+    _check_matrix("W_LO", W_LO, n_heads * d_latent)
+    check_positive_float("scale", scale)
+    d_rope = _check_rope_parts(q_R, k_R, n_heads, L_Q.shape[-2], L.shape[-2])
+    Q_L = L_Q.unsqueeze(-3) @ W_LQK  # (..., H, N_Q, d_L): L_Q W_LQK^h, queries in latent space
+    K_L = L if not d_rope else torch.cat((L, k_R), dim=-1)  # (..., N_KV, d_L + d_R)
+    if d_rope:
+        Q_L = torch.cat((Q_L, q_R), dim=-1)  # (..., H, N_Q, d_L + d_R)
+    # One key/value head for all H query heads. expand() is a view: the heads read the
+    # same memory, and fused SDPA kernels (which want equal head counts) stay usable.
+    heads = (*([-1] * (L.dim() - 2)), n_heads, -1, -1)
+    K_L = K_L.unsqueeze(-3).expand(*heads)  # (..., H, N_KV, d_L + d_R)
+    V_L = L.unsqueeze(-3).expand(*heads)  # (..., H, N_KV, d_L)
+    Y_L = attention(Q_L, K_L, V_L, mask=mask, causal=causal, scale=scale, impl=impl)
+    return merge_heads(Y_L) @ W_LO  # (..., N_Q, H d_L) @ (H d_L, d_out)
+
+
+def mla_merged_weights(
+    W_LQQ: torch.Tensor,
+    W_LK: torch.Tensor,
+    W_LV: torch.Tensor,
+    W_O: torch.Tensor,
+    n_heads: int,
+) -> dict[str, torch.Tensor]:
+    """Absorbed weights: ``W_LQK^h = W_LQQ^h (W_LK^h)^T``, ``W_LO = blockdiag(W_LV^h) W_O``.
+
+    Row block ``h`` (``d_L`` rows) of ``blockdiag(W_LV^1, ..., W_LV^H) W_O`` is
+    ``W_LV^h W_O^h``, where ``W_O^h`` is row block ``h`` (``d_v`` rows) of ``W_O``; that is
+    how it is computed here, without building the ``(H d_L, H d_v)`` block-diagonal matrix.
+
+    Args:
+        W_LQQ: ``(d_LQ, H * d_head)``.
+        W_LK: ``(d_L, H * d_head)``.
+        W_LV: ``(d_L, H * d_v)``.
+        W_O: ``(H * d_v, d_out)``.
+        n_heads: ``H``.
+
+    Returns:
+        ``{"W_LQK": (H, d_LQ, d_L), "W_LO": (H * d_L, d_out)}``, such that
+        ``concat_col(Z_h^-1 A_h L) @ W_LO == concat_col(Z_h^-1 A_h V_h) @ W_O``.
+
+    Equivalent to ``torch.block_diag(*W_LV.split(d_v, dim=1)) @ W_O`` for ``W_LO``.
+
+    Lesson: 07_mla.
+    """
+    check_positive_int("n_heads", n_heads)
+    _check_matrix("W_LQQ", W_LQQ)
+    _check_matrix("W_LK", W_LK)
+    _check_matrix("W_LV", W_LV, W_LK.shape[0])
+    if W_LK.shape[1] != W_LQQ.shape[1]:
+        raise ValueError(
+            "W_LQQ and W_LK must have the same number of columns H * d_head; "
+            f"got W_LQQ {tuple(W_LQQ.shape)}, W_LK {tuple(W_LK.shape)}"
+        )
+    check_divisible("W_LK.shape[1]", W_LK.shape[1], "n_heads", n_heads)
+    check_divisible("W_LV.shape[1]", W_LV.shape[1], "n_heads", n_heads)
+    _check_matrix("W_O", W_O, W_LV.shape[1])
+    d_q, d_latent, d_out = W_LQQ.shape[0], W_LK.shape[0], W_O.shape[1]
+    d_head, d_v = W_LK.shape[1] // n_heads, W_LV.shape[1] // n_heads
+    W_LQQ_h = W_LQQ.reshape(d_q, n_heads, d_head)  # [:, h] is column block W_LQQ^h
+    W_LK_h = W_LK.reshape(d_latent, n_heads, d_head)  # [:, h] is W_LK^h
+    W_LQK = torch.einsum("qhd,lhd->hql", W_LQQ_h, W_LK_h)  # (H, d_LQ, d_L)
+    W_LV_h = W_LV.reshape(d_latent, n_heads, d_v)  # [:, h] is W_LV^h
+    W_O_h = W_O.reshape(n_heads, d_v, d_out)  # [h] is row block W_O^h
+    W_LO = torch.einsum("lhv,hvo->hlo", W_LV_h, W_O_h).reshape(n_heads * d_latent, d_out)
+    return {"W_LQK": W_LQK, "W_LO": W_LO}
+
+
+def _rms_norm(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """``g * x / sqrt(mean(x^2) + eps)`` over the last axis (float32 work for half inputs)."""
+    work = torch.float32 if x.dtype in _HALF else x.dtype
+    xw = x.to(work)
+    return (xw * torch.rsqrt(xw.pow(2).mean(dim=-1, keepdim=True) + _RMS_EPS)).to(x.dtype) * g
+
+
+def _optional_positive(name: str, value: object) -> int | None:
+    return None if value is None else check_positive_int(name, value)
+
+
+class MultiHeadLatentAttention(nn.Module):
+    """Multi-head latent attention: ``K_h = L W_LK^h``, ``V_h = L W_LV^h``, cached ``L = X W_L``.
+
+    Parameters (multiplying from the right; ``d_Q = d_LQ`` with a query latent, else
+    ``d_in``):
+
+    - ``W_L (d_in, d_L)``, ``W_LK (d_L, H*d_head)``, ``W_LV (d_L, H*d_v)``;
+    - ``W_LQ (d_in, d_LQ)`` only when ``d_latent_q`` is set; ``W_LQQ (d_Q, H*d_head)``;
+    - ``W_O (H*d_v, d_out)``;
+    - with ``d_rope > 0``: ``W_QR (d_Q, H*d_R)`` and ``W_KR (d_in, d_R)``;
+    - with ``latent_norm=True``: RMSNorm gains ``g_L (d_L,)`` and, with a query latent,
+      ``g_LQ (d_LQ,)``.
+
+    Head ``h``'s logits are ``(Q_h K_h^T + RoPE(q_R,h) RoPE(k_R)^T) / sqrt(d_head + d_R)``
+    with a single rotated key ``k_R = RoPE(X W_KR)`` shared by all heads.
+
+    A :class:`attnlib.LatentCache` holds ``L`` (after the RMSNorm when ``latent_norm`` is
+    on: the normalisation acts per token, so each row is normalised once, when it is
+    made) and ``k_R`` (after rotation): ``(d_L + d_R)`` numbers per token, the count of
+    :func:`attnlib.memory.mla_cache_bytes`.
+
+    DeepSeek-V2 names (transposed: it multiplies from the left): ``W_L = W^DKV``,
+    ``W_LK = W^UK``, ``W_LV = W^UV``, ``W_LQ = W^DQ``, ``W_LQQ = W^UQ``, ``W_QR = W^QR``,
+    ``W_KR = W^KR``. DeepSeek-V2 uses ``H = 128``, ``d_head = 128``, ``d_L = 512``,
+    ``d_LQ = 1536``, ``d_R = 64``.
+
+    Args:
+        d_in: input width.
+        n_heads: ``H``.
+        d_head: per-head width of the unrotated query/key part.
+        d_latent: ``d_L``, width of the cached key/value latent.
+        d_latent_q: ``d_LQ``, width of the query latent; ``None`` means no query latent
+            (queries read ``X`` directly, as in DeepSeek-V2-Lite).
+        d_rope: ``d_R``, width of the decoupled RoPE part (even; 0 for none).
+        d_v: per-head value width; ``None`` means ``d_head``.
+        d_out: output width; ``None`` means ``d_in``.
+        latent_norm: RMSNorm (``eps = 1e-6``, learnable gains) on ``L`` and ``L_Q``.
+        rope_base: RoPE base for the decoupled part; unused (and may be None) when
+            ``d_rope = 0``.
+        rope_interleaved: RoPE pairing, see :mod:`attnlib.rope`.
+        device: where the parameters live.
+        dtype: their dtype.
+
+    Example:
+        >>> mla = MultiHeadLatentAttention(d_in=32, n_heads=4, d_head=8, d_latent=6, d_rope=4)
+        >>> X = torch.randn(2, 5, 32)
+        >>> mla(X, causal=True).shape
+        torch.Size([2, 5, 32])
+        >>> torch.allclose(mla(X, causal=True), mla(X, causal=True, absorbed=True), atol=1e-5)
+        True
+
+    Lesson: 07_mla (decoupled RoPE: 08_rope).
+    """
+
+    def __init__(
+        self,
+        d_in: int,
+        n_heads: int,
+        d_head: int,
+        d_latent: int,
+        *,
+        d_latent_q: int | None = None,
+        d_rope: int = 0,
+        d_v: int | None = None,
+        d_out: int | None = None,
+        latent_norm: bool = False,
+        rope_base: float | None = 10000.0,
+        rope_interleaved: bool = False,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        self.d_in = check_positive_int("d_in", d_in)
+        self.n_heads = check_positive_int("n_heads", n_heads)
+        self.d_head = check_positive_int("d_head", d_head)
+        self.d_latent = check_positive_int("d_latent", d_latent)
+        self.d_latent_q = _optional_positive("d_latent_q", d_latent_q)
+        self.d_rope = check_nonnegative_int("d_rope", d_rope)
+        check_even("d_rope", d_rope, "RoPE rotates coordinates in pairs")
+        self.d_v = d_head if d_v is None else check_positive_int("d_v", d_v)
+        self.d_out = d_in if d_out is None else check_positive_int("d_out", d_out)
+        for name, flag in (("latent_norm", latent_norm), ("rope_interleaved", rope_interleaved)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be a bool; got {flag!r}")
+        if rope_base is not None or d_rope > 0:
+            check_positive_float("rope_base", rope_base)
+        self.latent_norm = latent_norm
+        self.rope_base = rope_base
+        self.rope_interleaved = rope_interleaved
+
+        kw = {"device": device, "dtype": dtype}
+        H, d_q = n_heads, d_in if d_latent_q is None else d_latent_q
+        self.W_L = _init_weight((d_in, d_latent), **kw)
+        self.W_LK = _init_weight((d_latent, H * d_head), **kw)
+        self.W_LV = _init_weight((d_latent, H * self.d_v), **kw)
+        if d_latent_q is None:
+            self.register_parameter("W_LQ", None)
+        else:
+            self.W_LQ = _init_weight((d_in, d_latent_q), **kw)
+        self.W_LQQ = _init_weight((d_q, H * d_head), **kw)
+        self.W_O = _init_weight((H * self.d_v, self.d_out), **kw)
+        if d_rope > 0:
+            self.W_QR = _init_weight((d_q, H * d_rope), **kw)
+            self.W_KR = _init_weight((d_in, d_rope), **kw)
+        else:
+            self.register_parameter("W_QR", None)
+            self.register_parameter("W_KR", None)
+        # RMSNorm gains start at 1, as in nn.RMSNorm; g_LQ exists only with a query latent.
+        g_L = nn.Parameter(torch.ones(d_latent, **kw)) if latent_norm else None
+        with_g_LQ = latent_norm and d_latent_q is not None
+        g_LQ = nn.Parameter(torch.ones(d_latent_q, **kw)) if with_g_LQ else None
+        self.register_parameter("g_L", g_L)
+        self.register_parameter("g_LQ", g_LQ)
+
+    @property
+    def scale(self) -> float:
+        """The logit scale ``1/sqrt(d_head + d_R)``."""
+        return 1.0 / math.sqrt(self.d_head + self.d_rope)
+
+    def merged_weights(self) -> dict[str, torch.Tensor]:
+        """The absorbed weights ``{"W_LQK": (H, d_Q, d_L), "W_LO": (H*d_L, d_out)}``.
+
+        ``W_LQK^h = W_LQQ^h (W_LK^h)^T`` and ``W_LO = blockdiag(W_LV^1, ..., W_LV^H) W_O``,
+        computed from the current parameters (``d_Q = d_LQ``, or ``d_in`` without a query
+        latent). See :func:`mla_merged_weights`.
+        """
+        return mla_merged_weights(self.W_LQQ, self.W_LK, self.W_LV, self.W_O, self.n_heads)
+
+    def _latents(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(L_Q, L)``: the query latent (or ``X``) and the key/value latent, normalised if on."""
+        L = X @ self.W_L  # (..., N, d_L)
+        L_Q = X if self.W_LQ is None else X @ self.W_LQ  # (..., N, d_LQ) or X itself
+        if self.latent_norm:
+            L = _rms_norm(L, self.g_L)
+            if self.W_LQ is not None:
+                L_Q = _rms_norm(L_Q, self.g_LQ)
+        return L_Q, L
+
+    def _rope_parts(
+        self, X: torch.Tensor, L_Q: torch.Tensor, positions: torch.Tensor | None, start: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``q_R (..., H, N, d_R)`` per head and the one shared ``k_R (..., N, d_R)``, rotated."""
+        rope = {"base": self.rope_base, "interleaved": self.rope_interleaved}
+        pos = _rope_positions(positions, X.shape[-2], start, X.device)  # (N,) or (B, 1, N)
+        q_R = apply_rope(split_heads(L_Q @ self.W_QR, self.n_heads), pos, **rope)
+        # k_R has no head axis; a singleton one lines it up with positions of shape (B, 1, N).
+        k_R = apply_rope((X @ self.W_KR).unsqueeze(-3), pos, **rope).squeeze(-3)
+        return q_R, k_R
+
+    def forward(
+        self,
+        X: torch.Tensor,
+        *,
+        causal: bool = False,
+        mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        cache: LatentCache | None = None,
+        absorbed: bool = False,
+        impl: str = "auto",
+    ) -> torch.Tensor:
+        """``Y = concat_col(Z_h^-1 A_h V_h) W_O`` (absorbed: ``concat_col(Z_h^-1 A_h L) W_LO``).
+
+        Args:
+            X: ``(..., N, d_in)`` input tokens (self-attention).
+            causal: bottom-right aligned causal mask (with a cache, each new token sees
+                every cached token and the new ones up to itself).
+            mask: bool, broadcastable to ``(..., N_Q, N_KV)`` and shared by every head,
+                e.g. :func:`attnlib.masks.key_padding_mask`.
+            positions: RoPE positions ``(N,)`` or ``(B, N)``; ``None`` means
+                ``0 .. N - 1`` continuing from ``cache.n_tokens``. Ignored when ``d_rope = 0``.
+            cache: a :class:`attnlib.LatentCache`; receives ``L`` and ``k_R`` of the new
+                tokens, and attention runs over everything it holds.
+            absorbed: use the merged weights (:meth:`merged_weights`, recomputed from the
+                parameters on each call); per-head ``K_h`` and ``V_h`` are never formed.
+            impl: ``"auto"`` or ``"explicit"``, passed to :func:`attnlib.core.attention`.
+
+        Returns:
+            ``(..., N, d_out)``; the two paths agree up to rounding.
+        """
+        check_tensor("X", X, min_dim=2)
+        check_last_dim("X", X, self.d_in, "d_in of this module")
+        if X.dtype != self.W_L.dtype:
+            raise TypeError(f"X must have the parameters' dtype {self.W_L.dtype}; got {X.dtype}")
+        if X.device != self.W_L.device:
+            raise ValueError(
+                f"X must live on the parameters' device {self.W_L.device}; got {X.device}"
+            )
+        if cache is not None and not isinstance(cache, LatentCache):
+            raise TypeError(f"cache must be an attnlib.LatentCache; got {type(cache).__name__}")
+        if not isinstance(absorbed, bool):
+            raise TypeError(f"absorbed must be a bool; got {absorbed!r}")
+        L_Q, L = self._latents(X)
+        q_R = k_R = None
+        if self.d_rope:
+            start = 0 if cache is None else cache.n_tokens
+            q_R, k_R = self._rope_parts(X, L_Q, positions, start)
+        if cache is not None:
+            L, k_R = cache.update(L, k_R)  # every token so far; k_R already rotated
+        common = {"q_R": q_R, "k_R": k_R, "mask": _head_mask(mask), "causal": causal, "impl": impl}
+        if absorbed:
+            W = self.merged_weights()
+            return mla_absorbed(L_Q, L, W["W_LQK"], W["W_LO"], scale=self.scale, **common)
+        return mla_naive(
+            L_Q, L, self.W_LQQ, self.W_LK, self.W_LV, self.W_O, self.n_heads,
+            scale=self.scale, **common,
+        )
+
+    def extra_repr(self) -> str:
+        parts = [
+            f"d_in={self.d_in}, n_heads={self.n_heads}, d_head={self.d_head}",
+            f"d_latent={self.d_latent}",
+        ]
+        if self.d_latent_q is not None:
+            parts.append(f"d_latent_q={self.d_latent_q}")
+        if self.d_rope:
+            parts.append(f"d_rope={self.d_rope}, rope_base={self.rope_base:g}")
+        parts.append(f"d_v={self.d_v}, d_out={self.d_out}")
+        if self.latent_norm:
+            parts.append("latent_norm=True")
+        return ", ".join(parts)
+
+
+def mla_from_mha(attn: GroupedQueryAttention, d_latent: int) -> MultiHeadLatentAttention:
+    """Convert MHA/GQA to MLA by a truncated SVD: ``[W_K | W_V] ~ U_r S_r V_r^T``, ``r = d_latent``.
+
+    The joint key/value projection ``W_KV = [W_K | W_V]`` (``d_in x 2 G d_head``) is cut
+    to rank ``r``; the balanced factors
+
+        W_L = U_r S_r^{1/2}   (d_in x r),   [W_LK_G | W_LV_G] = S_r^{1/2} V_r^T,
+
+    give every KV head's keys and values as linear reads of the one latent
+    ``L = X W_L``. The ``G`` KV heads are then expanded to ``H``: query head ``h`` gets
+    the columns of KV head ``h // (H // G)``. ``W_LQQ = W_Q`` and ``W_O = W_O`` are copied,
+    with no query latent and ``d_rope = 0``.
+
+    By Eckart-Young, ``||W_KV - W_L [W_LK_G | W_LV_G]||_F^2 = sum_{i > r} s_i^2``, the
+    smallest possible at rank ``r``, and it shrinks as ``r`` grows (as does the error of
+    ``[K | V]`` on any fixed input). ``[W_K | W_V]`` has rank at most
+    ``r_max = min(d_in, 2 G d_head)``, so at ``d_latent = r_max`` the factorisation, and
+    the returned module's output, are exact up to rounding; a larger latent would only
+    store zeros, which is why ``d_latent`` must lie in ``[1, r_max]``. The attention
+    output is not linear in ``W_KV``, so its error usually, but not provably, falls as
+    ``r`` grows. The cache holds ``d_latent`` numbers per token against ``2 G d_head``
+    for the source: only a truncated conversion saves memory.
+
+    RoPE is not supported: a source with ``rope_base`` set rotates ``K_h`` after
+    projection, so the logits are ``X W_Q^h R_i^T R_j (W_K^h)^T X^T`` and no fixed
+    latent factorisation reproduces them. Making such a model MLA needs decoupled RoPE
+    (``d_rope > 0``) and retraining, or an approximate conversion such as TransMLA's.
+
+    Args:
+        attn: the source; a :class:`attnlib.GroupedQueryAttention` (MHA and MQA included)
+            without RoPE.
+        d_latent: ``r``, the latent width: an int in ``[1, min(d_in, 2 G d_head)]``.
+
+    Returns:
+        A :class:`MultiHeadLatentAttention` on the same device and dtype (the SVD itself
+        runs in float64, or float32 on MPS, which has no float64).
+
+    Example:
+        >>> gqa = GroupedQueryAttention(d_in=16, n_heads=4, n_kv_heads=2, d_head=2)
+        >>> mla = mla_from_mha(gqa, d_latent=8)  # full rank: 2 * G * d_head = 8
+        >>> X = torch.randn(3, 5, 16)
+        >>> torch.allclose(mla(X, causal=True), gqa(X, causal=True), atol=1e-5)
+        True
+
+    Lesson: 07_mla (why RoPE blocks it: 08_rope).
+    """
+    if not isinstance(attn, GroupedQueryAttention):
+        raise TypeError(
+            f"attn must be an attnlib.GroupedQueryAttention (or MHA/MQA); got {type(attn).__name__}"
+        )
+    if attn.rope_base is not None:
+        raise ValueError(
+            "attn.rope_base must be None: RoPE rotates each key after W_K, so [W_K | W_V] "
+            "has no exact latent factorisation; decoupled RoPE (d_rope > 0) needs retraining. "
+            f"Got attn.rope_base={attn.rope_base!r}"
+        )
+    check_positive_int("d_latent", d_latent)
+    H, G, d_head, d_in = attn.n_heads, attn.n_kv_heads, attn.d_head, attn.d_in
+    r_max = min(d_in, 2 * G * d_head)
+    if d_latent > r_max:
+        raise ValueError(
+            f"d_latent must be at most min(d_in, 2 * G * d_head) = min({d_in}, {2 * G * d_head}) "
+            f"= {r_max}, the largest rank [W_K | W_V] can have; got {d_latent}"
+        )
+    W_ref = attn.W_K
+    work = torch.float32 if W_ref.device.type == "mps" else torch.float64
+    with torch.no_grad():
+        W_KV = torch.cat((attn.W_K, attn.W_V), dim=1).to(work)  # (d_in, 2 G d_head)
+        U, S, Vh = torch.linalg.svd(W_KV, full_matrices=False)
+        root = S[:d_latent].sqrt()
+        W_L = U[:, :d_latent] * root  # (d_in, r) = U_r S_r^{1/2}
+        W_LKV = root[:, None] * Vh[:d_latent]  # (r, 2 G d_head) = S_r^{1/2} V_r^T
+        group = kv_head_index(H, G, device=W_ref.device)  # query head h -> KV head h // s
+        W_LK, W_LV = (
+            W.reshape(d_latent, G, d_head)[:, group].reshape(d_latent, H * d_head)
+            for W in W_LKV.split(G * d_head, dim=1)
+        )
+        mla = MultiHeadLatentAttention(
+            d_in, H, d_head, d_latent, d_out=attn.d_out, device=W_ref.device, dtype=W_ref.dtype
+        )
+        for name, W in (("W_L", W_L), ("W_LK", W_LK), ("W_LV", W_LV)):
+            getattr(mla, name).copy_(W)
+        mla.W_LQQ.copy_(attn.W_Q)
+        mla.W_O.copy_(attn.W_O)
+    return mla
