@@ -76,8 +76,11 @@ def _check_qkv(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor | None) -> None
     devices = {name: str(t.device) for name, t in tensors.items()}
     if len(set(devices.values())) > 1:
         raise ValueError(f"Q, K and V must live on one device; got {devices}")
+    batch_shapes = {t.shape[:-2] for t in tensors.values()}
+    if len(batch_shapes) == 1:
+        return
     try:
-        torch.broadcast_shapes(*(t.shape[:-2] for t in tensors.values()))
+        torch.broadcast_shapes(*batch_shapes)
     except RuntimeError as err:
         shapes = {name: tuple(t.shape) for name, t in tensors.items()}
         raise ValueError(
@@ -327,31 +330,41 @@ def attention(
     f = _resolve_kernel(kernel)
     check_choice("impl", impl, ["auto", "explicit"])
     s = _resolve_scale(scale, Q.shape[-1])
-    allowed = _allowed(mask, causal, Q, K)
     if impl == "auto" and kernel == "softmax":
-        return _sdpa(Q, K, V, allowed, s, causal and mask is None)
+        if mask is None and causal is True and Q.shape[-2] <= K.shape[-2]:
+            return _sdpa_causal(Q, K, V, s)  # no mask tensor needed in the common cases
+        return _sdpa(Q, K, V, _allowed(mask, causal, Q, K), s)
+    allowed = _allowed(mask, causal, Q, K)
     work = torch.float32 if Q.dtype in _HALF else Q.dtype
     P = _weights(Q.to(work), K.to(work), f, allowed, s, kernel == "softmax")
     return (P @ V.to(work)).to(Q.dtype)  # Y = (Z^-1 A) V
 
 
-def _sdpa(
-    Q: torch.Tensor,
-    K: torch.Tensor,
-    V: torch.Tensor,
-    allowed: torch.Tensor | None,
-    s: float,
-    causal_only: bool,
-) -> torch.Tensor:
-    """PyTorch's fused softmax attention, with attnlib's conventions kept.
+def _sdpa_causal(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, s: float) -> torch.Tensor:
+    """Bottom-right causal attention through SDPA, for ``N_Q <= N_KV``.
 
-    SDPA's ``is_causal`` is top-left aligned, so it is used only for square causal
-    problems; otherwise the bottom-right mask is passed explicitly. Rows with no allowed
-    key are opened up before the call (SDPA would return NaN) and zeroed after it.
+    SDPA's ``is_causal`` is top-left aligned, so it is used only when ``N_Q = N_KV``
+    (where the two alignments coincide). One query at the end of the sequence sees every
+    key and needs no mask; otherwise the bottom-right mask is passed explicitly. Every
+    query sees at least one key here, so no row can come out NaN.
     """
     n_q, n_kv = Q.shape[-2], K.shape[-2]
-    if causal_only and n_q == n_kv:
+    if n_q == n_kv:
         return F.scaled_dot_product_attention(Q, K, V, is_causal=True, scale=s)
+    if n_q == 1:
+        return F.scaled_dot_product_attention(Q, K, V, scale=s)
+    mask = causal_mask(n_q, n_kv, device=Q.device)
+    return F.scaled_dot_product_attention(Q, K, V, attn_mask=mask, scale=s)
+
+
+def _sdpa(
+    Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, allowed: torch.Tensor | None, s: float
+) -> torch.Tensor:
+    """PyTorch's fused softmax attention, with attnlib's rule for rows that see no key.
+
+    Rows with no allowed key are opened up before the call (SDPA would return NaN there)
+    and zeroed after it.
+    """
     if allowed is None:
         return F.scaled_dot_product_attention(Q, K, V, scale=s)
     has_key = allowed.any(dim=-1, keepdim=True)  # (..., N_Q, 1)

@@ -31,8 +31,8 @@ from attnlib._checks import (
 )
 from attnlib.cache import KVCache
 from attnlib.core import attention
-from attnlib.heads import merge_heads, repeat_kv, split_heads
-from attnlib.rope import apply_rope
+from attnlib.heads import _merge_heads, _split_heads, repeat_kv
+from attnlib.rope import _rotate, rope_cos_sin
 
 __all__ = [
     "GroupedQueryAttention",
@@ -85,6 +85,11 @@ def grouped_query_attention(
     return attention(
         Q, repeat_kv(K, h), repeat_kv(V, h), mask=mask, causal=causal, scale=scale, impl=impl
     )
+
+
+def _work(dtype: torch.dtype) -> torch.dtype:
+    """The dtype rotations are computed in: float32 for half-precision tensors."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
 def _init_weight(shape: tuple[int, int], device, dtype) -> nn.Parameter:
@@ -227,18 +232,20 @@ class GroupedQueryAttention(nn.Module):
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"cache must be an attnlib.KVCache; got {type(cache).__name__}")
         source = X if X_KV is None else X_KV
-        Q = split_heads(X @ self.W_Q, self.n_heads)  # (..., H, N_Q, d_head)
-        K = split_heads(source @ self.W_K, self.n_kv_heads)  # (..., G, N_KV, d_head)
-        V = split_heads(source @ self.W_V, self.n_kv_heads)  # (..., G, N_KV, d_head)
+        Q = _split_heads(X @ self.W_Q, self.n_heads)  # (..., H, N_Q, d_head)
+        K = _split_heads(source @ self.W_K, self.n_kv_heads)  # (..., G, N_KV, d_head)
+        V = _split_heads(source @ self.W_V, self.n_kv_heads)  # (..., G, N_KV, d_head)
         if self.rope_base is not None and X_KV is None:
             start = 0 if cache is None else cache.n_tokens
             pos = _rope_positions(positions, X.shape[-2], start, X.device)
-            Q = apply_rope(Q, pos, base=self.rope_base, interleaved=self.rope_interleaved)
-            K = apply_rope(K, pos, base=self.rope_base, interleaved=self.rope_interleaved)
+            # One set of angles rotates both the queries and the keys.
+            cos, sin = rope_cos_sin(pos, self.d_head, base=self.rope_base, dtype=_work(Q.dtype))
+            Q = _rotate(Q, cos, sin, self.rope_interleaved)
+            K = _rotate(K, cos, sin, self.rope_interleaved)
         if cache is not None:
             K, V = cache.update(K, V)  # every token so far, keys already rotated
         Y = grouped_query_attention(Q, K, V, mask=_head_mask(mask), causal=causal, impl=impl)
-        return merge_heads(Y) @ self.W_O  # (..., N_Q, d_out)
+        return _merge_heads(Y) @ self.W_O  # (..., N_Q, d_out)
 
     def extra_repr(self) -> str:
         rope = "" if self.rope_base is None else f", rope_base={self.rope_base:g}"

@@ -41,6 +41,11 @@ def split_heads(X: torch.Tensor, n_heads: int) -> torch.Tensor:
     check_tensor("X", X, min_dim=2, floating=False)
     check_positive_int("n_heads", n_heads)
     check_divisible("X.shape[-1]", X.shape[-1], "n_heads", n_heads)
+    return _split_heads(X, n_heads)
+
+
+def _split_heads(X: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """:func:`split_heads` without the checks, for callers that validated already."""
     *batch, n, width = X.shape
     return X.reshape(*batch, n, n_heads, width // n_heads).transpose(-3, -2)
 
@@ -59,6 +64,11 @@ def merge_heads(Y: torch.Tensor) -> torch.Tensor:
     Lesson: 03_multi_head_attention.
     """
     check_tensor("Y", Y, min_dim=3, floating=False)
+    return _merge_heads(Y)
+
+
+def _merge_heads(Y: torch.Tensor) -> torch.Tensor:
+    """:func:`merge_heads` without the checks, for callers that validated already."""
     *batch, h, n, d = Y.shape
     return Y.transpose(-3, -2).reshape(*batch, n, h * d)
 

@@ -21,13 +21,21 @@ They agree after permuting the columns of ``W_Q`` and ``W_K`` with
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 
 from attnlib._checks import check_even, check_positive_float, check_positive_int, check_tensor
 
-__all__ = ["apply_rope", "rope_angles", "rope_frequencies", "rope_matrix", "rope_permutation"]
+__all__ = [
+    "apply_rope",
+    "rope_angles",
+    "rope_cos_sin",
+    "rope_frequencies",
+    "rope_matrix",
+    "rope_permutation",
+]
 
 _HALF = (torch.float16, torch.bfloat16)
 
@@ -43,15 +51,27 @@ def rope_frequencies(
         device: where to build them.
 
     Returns:
-        ``(d/2,)`` float64, from 1 down to ``base^(-(d-2)/d)``.
+        ``(d/2,)`` float64 (float32 on MPS), from 1 down to ``base^(-(d-2)/d)``.
 
     Lesson: 08_rope.
     """
     check_positive_int("d", d)
     check_even("d", d, "RoPE rotates coordinates in pairs")
     base = check_positive_float("base", base)
-    i = torch.arange(d // 2, dtype=torch.float64, device=device)
-    return base ** (-2.0 * i / d)
+    device = torch.device("cpu") if device is None else torch.device(device)
+    return _frequencies(d, base, device).clone()
+
+
+@functools.lru_cache(maxsize=64)
+def _frequencies(d: int, base: float, device: torch.device) -> torch.Tensor:
+    """Cached ``theta``; decoding asks for the same frequencies at every step."""
+    i = torch.arange(d // 2, dtype=torch.float64)
+    return (base ** (-2.0 * i / d)).to(device=device, dtype=_angle_dtype(device))
+
+
+def _angle_dtype(device: torch.device) -> torch.dtype:
+    # Angles in float64 keep m * theta accurate at large positions; MPS has no float64.
+    return torch.float32 if device.type == "mps" else torch.float64
 
 
 def rope_angles(
@@ -65,12 +85,14 @@ def rope_angles(
         base: RoPE base.
 
     Returns:
-        ``(..., d/2)`` float64.
+        ``(..., d/2)`` float64 (float32 on MPS, which has no float64).
 
     Lesson: 08_rope.
     """
-    theta = rope_frequencies(d, base=base, device=positions.device)
-    return positions.to(torch.float64)[..., None] * theta
+    check_positive_int("d", d)
+    check_even("d", d, "RoPE rotates coordinates in pairs")
+    theta = _frequencies(d, check_positive_float("base", base), positions.device)
+    return positions.to(theta.dtype)[..., None] * theta
 
 
 def _positions(positions: object, X: torch.Tensor) -> torch.Tensor:
@@ -86,10 +108,11 @@ def _positions(positions: object, X: torch.Tensor) -> torch.Tensor:
         raise TypeError(f"positions must be integer or real; got dtype {positions.dtype}")
     if positions.device != X.device:
         raise ValueError(f"positions must live on X's device {X.device}; got {positions.device}")
+    if positions.dim() == 1 and positions.shape[0] == X.shape[-2]:
+        return positions  # the common case: one position per token
     try:
         if positions.dim() > X.dim() - 1:
             raise RuntimeError
-        torch.broadcast_shapes(positions.shape, X.shape[:-1])
         if torch.broadcast_shapes(positions.shape, X.shape[:-1]) != X.shape[:-1]:
             raise RuntimeError
     except RuntimeError as err:
@@ -139,9 +162,30 @@ def apply_rope(
         raise TypeError(f"interleaved must be a bool; got {interleaved!r}")
     pos = _positions(positions, X)
     work = torch.float32 if X.dtype in _HALF else X.dtype
-    angles = rope_angles(pos, d, base=base)  # (..., N, d/2)
-    cos, sin = angles.cos().to(work), angles.sin().to(work)
-    Xw = X.to(work)
+    cos, sin = rope_cos_sin(pos, d, base=base, dtype=work)
+    return _rotate(X, cos, sin, interleaved)
+
+
+def rope_cos_sin(
+    positions: torch.Tensor, d: int, *, base: float = 10000.0, dtype: torch.dtype = torch.float32
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cos`` and ``sin`` of every pair's angle, ``(..., N, d/2)`` each, in ``dtype``.
+
+    Compute them once per forward pass and rotate both queries and keys with them (what
+    :func:`apply_rope` does for one tensor).
+
+    Lesson: 08_rope.
+    """
+    angles = rope_angles(positions, d, base=base)  # (..., N, d/2), float64
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def _rotate(
+    X: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool
+) -> torch.Tensor:
+    """Turn each pair ``(x, y)`` of ``X`` to ``(x cos - y sin, x sin + y cos)``."""
+    d = X.shape[-1]
+    Xw = X if X.dtype == cos.dtype else X.to(cos.dtype)
     if interleaved:
         x, y = Xw[..., 0::2], Xw[..., 1::2]
     else:
@@ -151,7 +195,7 @@ def apply_rope(
         out = torch.stack((rx, ry), dim=-1).flatten(-2)
     else:
         out = torch.cat((rx, ry), dim=-1)
-    return out.to(X.dtype)
+    return out if out.dtype == X.dtype else out.to(X.dtype)
 
 
 def rope_matrix(

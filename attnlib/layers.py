@@ -1,0 +1,826 @@
+"""Everything around attention in a transformer layer: norms, feed-forward, blocks, a decoder.
+
+Read top to bottom, like a model file: the two norms, the feed-forward network, the block
+(one attention sublayer, an optional cross-attention sublayer and a feed-forward sublayer,
+each wrapped in a skip connection), and :class:`TinyDecoder`, a complete decoder-only
+language model small enough to run on a laptop. Math lives in plain functions
+(:func:`layer_norm`, :func:`rms_norm`, :func:`feed_forward`, :func:`swiglu`); the modules
+hold parameters and call them. Weights multiply from the right (``H = X @ W_1``), as in
+the rest of attnlib.
+
+Where the norm goes is the one design choice a block makes, and three placements are in use:
+
+* ``"post"`` (the original Transformer, BERT): ``x = Norm(x + Sublayer(x))``;
+* ``"pre"`` (GPT-2, Llama, DeepSeek): ``x = x + Sublayer(Norm(x))``: the skip path is never
+  normalised, so gradients pass through it untouched;
+* ``"peri"`` (Kim et al. 2025; Gemma 2 and 3, OLMo 2): ``x = x + Norm_out(Sublayer(Norm_in(x)))``,
+  a norm on both sides of the sublayer and still a clean skip path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnlib._checks import (
+    check_choice,
+    check_divisible,
+    check_last_dim,
+    check_nonnegative_int,
+    check_positive_float,
+    check_positive_int,
+    check_tensor,
+)
+from attnlib.cache import KVCache, LatentCache
+from attnlib.gqa import GroupedQueryAttention, _init_weight
+from attnlib.mla import MultiHeadLatentAttention
+
+__all__ = [
+    "FFN_KINDS",
+    "NORM_KINDS",
+    "NORM_PLACEMENTS",
+    "FeedForward",
+    "LayerNorm",
+    "RMSNorm",
+    "TinyDecoder",
+    "TransformerBlock",
+    "feed_forward",
+    "layer_norm",
+    "rms_norm",
+    "swiglu",
+]
+
+NORM_PLACEMENTS = ("pre", "post", "peri")
+"""Where a block puts its norms; see :class:`TransformerBlock`."""
+
+NORM_KINDS = ("rms", "layer")
+"""``"rms"`` is :class:`RMSNorm`, ``"layer"`` is :class:`LayerNorm`."""
+
+FFN_KINDS = ("swiglu", "gelu", "relu")
+"""The feed-forward networks of :class:`FeedForward`."""
+
+ATTENTION_KINDS = ("gqa", "mla")
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+# ---------------------------------------------------------------------------------------
+# Norms
+# ---------------------------------------------------------------------------------------
+
+
+def _check_gain(name: str, g: torch.Tensor | None, x: torch.Tensor) -> None:
+    if g is None:
+        return
+    check_tensor(name, g)
+    if g.shape != x.shape[-1:]:
+        raise ValueError(
+            f"{name} must have shape (d,) = ({x.shape[-1]},), one entry per feature of x; "
+            f"got {tuple(g.shape)}"
+        )
+
+
+def layer_norm(
+    x: torch.Tensor,
+    gamma: torch.Tensor | None = None,
+    beta: torch.Tensor | None = None,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    """``y = (x - mu) / sqrt(sigma^2 + eps) * gamma + beta``, over the last dimension.
+
+    ``mu`` and ``sigma^2`` are the mean and the biased variance (divide by ``d``, not
+    ``d - 1``) of each row: the norm recentres and rescales every token on its own.
+    Half-precision inputs are normalised in float32 and cast back.
+
+    Args:
+        x: ``(..., d)``.
+        gamma: ``(d,)`` gains; ``None`` means ones.
+        beta: ``(d,)`` shifts; ``None`` means zeros.
+        eps: added to the variance (> 0).
+
+    Returns:
+        ``(..., d)``, dtype of ``x``.
+
+    Equivalent to ``F.layer_norm(x, (d,), gamma, beta, eps)``.
+
+    Example:
+        >>> layer_norm(torch.tensor([[1.0, 2.0, 3.0]]))
+        tensor([[-1.2247,  0.0000,  1.2247]])
+
+    Lesson: 04_masks_and_layers.
+    """
+    check_tensor("x", x)
+    _check_gain("gamma", gamma, x)
+    _check_gain("beta", beta, x)
+    eps = check_positive_float("eps", eps)
+    work = torch.float32 if x.dtype in _HALF else x.dtype
+    xw = x.to(work)
+    mu = xw.mean(dim=-1, keepdim=True)  # (..., 1)
+    var = (xw - mu).square().mean(dim=-1, keepdim=True)  # (..., 1), biased like torch
+    y = (xw - mu) / torch.sqrt(var + eps)  # (..., d)
+    if gamma is not None:
+        y = y * gamma.to(work)
+    if beta is not None:
+        y = y + beta.to(work)
+    return y.to(x.dtype)
+
+
+def rms_norm(x: torch.Tensor, g: torch.Tensor | None = None, eps: float = 1e-6) -> torch.Tensor:
+    """``y = x / sqrt(mean(x^2) + eps) * g``, over the last dimension.
+
+    Zhang and Sennrich's RMSNorm: divide each row by its root mean square. Unlike
+    :func:`layer_norm` it does not subtract the mean and has no shift ``beta``, which
+    saves work; Llama, Gemma and DeepSeek use it. Half-precision inputs are normalised
+    in float32 and cast back.
+
+    Args:
+        x: ``(..., d)``.
+        g: ``(d,)`` gains; ``None`` means ones.
+        eps: added to the mean square (> 0).
+
+    Returns:
+        ``(..., d)``, dtype of ``x``.
+
+    Equivalent to ``torch.nn.functional.rms_norm(x, (d,), g, eps)``.
+
+    Example:
+        >>> rms_norm(torch.tensor([[3.0, 4.0]]), eps=1e-12)   # RMS = sqrt(12.5)
+        tensor([[0.8485, 1.1314]])
+
+    Lesson: 04_masks_and_layers.
+    """
+    check_tensor("x", x)
+    _check_gain("g", g, x)
+    eps = check_positive_float("eps", eps)
+    xw = x.float() if x.dtype in _HALF else x
+    y = xw * torch.rsqrt(xw.square().mean(dim=-1, keepdim=True) + eps)  # (..., d)
+    if g is not None:
+        y = y * g
+    return y if y.dtype == x.dtype else y.to(x.dtype)
+
+
+class LayerNorm(nn.Module):
+    """Layer normalisation with gains ``gamma`` (ones) and shifts ``beta`` (zeros).
+
+    Args:
+        d: feature width (the last dimension it normalises).
+        eps: added to the variance.
+        device: where the parameters live.
+        dtype: their dtype.
+
+    Lesson: 04_masks_and_layers.
+    """
+
+    def __init__(
+        self,
+        d: int,
+        eps: float = 1e-5,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        self.d = check_positive_int("d", d)
+        self.eps = check_positive_float("eps", eps)
+        self.gamma = nn.Parameter(torch.ones(d, device=device, dtype=dtype))
+        self.beta = nn.Parameter(torch.zeros(d, device=device, dtype=dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """See :func:`layer_norm`; ``x`` is ``(..., d)``."""
+        check_last_dim("x", x, self.d, "d of this norm")
+        return layer_norm(x, self.gamma, self.beta, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"d={self.d}, eps={self.eps:g}"
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square normalisation with gains ``g`` (ones); no recentring, no bias.
+
+    Args:
+        d: feature width (the last dimension it normalises).
+        eps: added to the mean square.
+        device: where the parameters live.
+        dtype: their dtype.
+
+    Lesson: 04_masks_and_layers.
+    """
+
+    def __init__(
+        self,
+        d: int,
+        eps: float = 1e-6,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        self.d = check_positive_int("d", d)
+        self.eps = check_positive_float("eps", eps)
+        self.g = nn.Parameter(torch.ones(d, device=device, dtype=dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """See :func:`rms_norm`; ``x`` is ``(..., d)``."""
+        check_last_dim("x", x, self.d, "d of this norm")
+        return rms_norm(x, self.g, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"d={self.d}, eps={self.eps:g}"
+
+
+def _make_norm(kind: str, d: int, **kw) -> nn.Module:
+    return RMSNorm(d, **kw) if kind == "rms" else LayerNorm(d, **kw)
+
+
+# ---------------------------------------------------------------------------------------
+# Feed-forward
+# ---------------------------------------------------------------------------------------
+
+_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": F.relu,  # the original Transformer
+    "gelu": F.gelu,  # BERT, GPT-2; the exact erf form (GPT-2's code uses a tanh approximation)
+}
+
+
+def feed_forward(
+    x: torch.Tensor,
+    W_1: torch.Tensor,
+    W_2: torch.Tensor,
+    *,
+    activation: str = "relu",
+    b_1: torch.Tensor | None = None,
+    b_2: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The position-wise feed-forward network ``y = f(x W_1 + b_1) W_2 + b_2``.
+
+    Every token goes through the same two-layer network on its own; nothing mixes tokens
+    here (that is attention's job).
+
+    Args:
+        x: ``(..., N, d)``.
+        W_1: ``(d, d_ff)``.
+        W_2: ``(d_ff, d_out)``.
+        activation: ``"relu"`` or ``"gelu"`` (the exact, erf-based GELU).
+        b_1: ``(d_ff,)`` or None.
+        b_2: ``(d_out,)`` or None.
+
+    Returns:
+        ``(..., N, d_out)``.
+
+    Equivalent to ``nn.Linear(d, d_ff) -> ReLU/GELU -> nn.Linear(d_ff, d_out)`` with
+    ``W_1 = linear1.weight.T``.
+
+    Lesson: 04_masks_and_layers.
+    """
+    check_tensor("x", x)
+    f = _ACTIVATIONS[check_choice("activation", activation, list(_ACTIVATIONS))]
+    H = x @ W_1  # (..., N, d_ff)
+    if b_1 is not None:
+        H = H + b_1
+    y = f(H) @ W_2  # (..., N, d_out)
+    return y if b_2 is None else y + b_2
+
+
+def swiglu(
+    x: torch.Tensor,
+    W_gate: torch.Tensor,
+    W_up: torch.Tensor,
+    W_down: torch.Tensor,
+    *,
+    b_gate: torch.Tensor | None = None,
+    b_up: torch.Tensor | None = None,
+    b_down: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The gated feed-forward network ``y = (silu(x W_gate) * (x W_up)) W_down`` (Shazeer 2020).
+
+    A gated linear unit: one projection, passed through ``silu(z) = z * sigmoid(z)``,
+    multiplies another elementwise. Llama, Gemma (with GELU instead of SiLU), Qwen and
+    DeepSeek use this form; Shazeer's paper has no biases.
+
+    Args:
+        x: ``(..., N, d)``.
+        W_gate: ``(d, d_ff)``.
+        W_up: ``(d, d_ff)``.
+        W_down: ``(d_ff, d_out)``.
+        b_gate: ``(d_ff,)`` or None.
+        b_up: ``(d_ff,)`` or None.
+        b_down: ``(d_out,)`` or None.
+
+    Returns:
+        ``(..., N, d_out)``.
+
+    Equivalent to Hugging Face's ``LlamaMLP``: ``down_proj(act(gate_proj(x)) * up_proj(x))``.
+
+    Lesson: 04_masks_and_layers.
+    """
+    check_tensor("x", x)
+    gate = x @ W_gate  # (..., N, d_ff)
+    up = x @ W_up  # (..., N, d_ff)
+    if b_gate is not None:
+        gate = gate + b_gate
+    if b_up is not None:
+        up = up + b_up
+    y = (F.silu(gate) * up) @ W_down  # (..., N, d_out)
+    return y if b_down is None else y + b_down
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward network: ``"relu"``/``"gelu"`` MLP or ``"swiglu"``.
+
+    Parameters: ``W_1 (d, d_ff)`` and ``W_2 (d_ff, d)`` for ``"relu"`` and ``"gelu"``;
+    ``W_gate``, ``W_up (d, d_ff)`` and ``W_down (d_ff, d)`` for ``"swiglu"``. With
+    ``bias=True`` each projection gets a bias (``b_1``, ``b_2`` or ``b_gate``, ``b_up``,
+    ``b_down``), initialised to zero. A SwiGLU network has three matrices instead of two;
+    to keep the parameter count of a ``4 d`` MLP, Shazeer shrinks ``d_ff`` to about
+    ``8 d / 3``.
+
+    Args:
+        d: input and output width.
+        d_ff: hidden width.
+        kind: one of :data:`FFN_KINDS`.
+        bias: add biases (the original Transformer had them; modern LLMs drop them).
+        device: where the parameters live.
+        dtype: their dtype.
+
+    Example:
+        >>> FeedForward(16, 64, kind="gelu")(torch.zeros(2, 5, 16)).shape
+        torch.Size([2, 5, 16])
+
+    Lesson: 04_masks_and_layers.
+    """
+
+    def __init__(
+        self,
+        d: int,
+        d_ff: int,
+        kind: str = "swiglu",
+        *,
+        bias: bool = False,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        self.d = check_positive_int("d", d)
+        self.d_ff = check_positive_int("d_ff", d_ff)
+        self.kind = check_choice("kind", kind, FFN_KINDS)
+        if not isinstance(bias, bool):
+            raise TypeError(f"bias must be a bool; got {bias!r}")
+        kw = {"device": device, "dtype": dtype}
+        if kind == "swiglu":
+            self.W_gate = _init_weight((d, d_ff), **kw)
+            self.W_up = _init_weight((d, d_ff), **kw)
+            self.W_down = _init_weight((d_ff, d), **kw)
+            names = {"b_gate": d_ff, "b_up": d_ff, "b_down": d}
+        else:
+            self.W_1 = _init_weight((d, d_ff), **kw)
+            self.W_2 = _init_weight((d_ff, d), **kw)
+            names = {"b_1": d_ff, "b_2": d}
+        for name, width in names.items():
+            b = nn.Parameter(torch.zeros(width, **kw)) if bias else None
+            self.register_parameter(name, b)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(..., N, d) -> (..., N, d)``; see :func:`feed_forward` and :func:`swiglu`."""
+        check_tensor("x", x, min_dim=1)
+        check_last_dim("x", x, self.d, "d of this feed-forward network")
+        if self.kind == "swiglu":
+            return swiglu(
+                x, self.W_gate, self.W_up, self.W_down,
+                b_gate=self.b_gate, b_up=self.b_up, b_down=self.b_down,
+            )
+        return feed_forward(x, self.W_1, self.W_2, activation=self.kind, b_1=self.b_1, b_2=self.b_2)
+
+    def extra_repr(self) -> str:
+        return f"d={self.d}, d_ff={self.d_ff}, kind={self.kind!r}"
+
+
+# ---------------------------------------------------------------------------------------
+# Transformer block
+# ---------------------------------------------------------------------------------------
+
+
+class TransformerBlock(nn.Module):
+    """One transformer layer: self-attention, optional cross-attention, feed-forward.
+
+    With ``A`` the attention sublayer, ``C`` cross-attention over ``memory`` and ``F`` the
+    feed-forward network, the three norm placements compute (``C`` only when
+    ``cross_attention=True``):
+
+    * ``norm="pre"``:  ``x = x + A(N1(x))``; ``x = x + C(N2(x), memory)``; ``x = x + F(N3(x))``
+    * ``norm="post"``: ``x = N1(x + A(x))``; ``x = N2(x + C(x, memory))``; ``x = N3(x + F(x))``
+    * ``norm="peri"``: ``x = x + N1o(A(N1(x)))``, and the same around ``C`` and ``F``.
+
+    Here ``N1, N2, N3`` are the submodules ``attn_norm, cross_norm, ffn_norm`` and
+    ``N1o, N2o, N3o`` (peri only) are ``attn_out_norm, cross_out_norm, ffn_out_norm``.
+
+    As an encoder layer call it with ``causal=False`` (every token sees every token, up to
+    ``mask``); as a decoder layer with ``causal=True``, plus ``memory`` (the encoder's
+    output) when it was built with ``cross_attention=True``. A decoder-only model (GPT,
+    Llama) is a stack of decoder layers without cross-attention.
+
+    Submodules: ``attn`` (:class:`~attnlib.gqa.GroupedQueryAttention` or
+    :class:`~attnlib.mla.MultiHeadLatentAttention`), ``cross_attn`` (a
+    :class:`~attnlib.gqa.GroupedQueryAttention` without RoPE, with ``G`` KV heads for
+    ``"gqa"`` and ``G = H`` for ``"mla"``; None without cross-attention), ``ffn``
+    (:class:`FeedForward`), and the norms above (``cross_norm`` and ``cross_out_norm``
+    are None without cross-attention).
+
+    Args:
+        d_model: width of the residual stream.
+        n_heads: ``H`` query heads.
+        n_kv_heads: ``G`` key/value heads (GQA only); ``None`` means ``H`` (MHA).
+        d_head: width of each head; ``None`` means ``d_model // n_heads``.
+        d_ff: hidden width of the feed-forward network; ``None`` means ``4 * d_model``.
+        ffn: one of :data:`FFN_KINDS`.
+        norm: placement, one of :data:`NORM_PLACEMENTS`.
+        norm_kind: ``"rms"`` (:class:`RMSNorm`) or ``"layer"`` (:class:`LayerNorm`).
+        attention: ``"gqa"`` or ``"mla"``.
+        d_latent: MLA's KV latent width ``d_L`` (required for ``"mla"``).
+        d_latent_q: MLA's query latent width ``d_LQ``; ``None`` means no query latent.
+        d_rope: MLA's decoupled-RoPE width ``d_R``; 0 means no RoPE in MLA.
+        rope_base: RoPE base. For ``"gqa"``, ``None`` means no RoPE; for ``"mla"`` it is
+            the base of the decoupled RoPE (``None`` means 10,000) and matters only
+            when ``d_rope > 0``.
+        cross_attention: add a cross-attention sublayer between self-attention and FFN.
+        device: where the parameters live.
+        dtype: their dtype.
+
+    Example:
+        >>> block = TransformerBlock(32, 4, n_kv_heads=2, norm="pre")
+        >>> block(torch.randn(2, 7, 32), causal=True).shape
+        torch.Size([2, 7, 32])
+
+    Lesson: 04_masks_and_layers.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        *,
+        n_kv_heads: int | None = None,
+        d_head: int | None = None,
+        d_ff: int | None = None,
+        ffn: str = "swiglu",
+        norm: str = "pre",
+        norm_kind: str = "rms",
+        attention: str = "gqa",
+        d_latent: int | None = None,
+        d_latent_q: int | None = None,
+        d_rope: int = 0,
+        rope_base: float | None = None,
+        cross_attention: bool = False,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        self.d_model = check_positive_int("d_model", d_model)
+        check_positive_int("n_heads", n_heads)
+        self.norm = check_choice("norm", norm, NORM_PLACEMENTS)
+        self.norm_kind = check_choice("norm_kind", norm_kind, NORM_KINDS)
+        self.attention = check_choice("attention", attention, ATTENTION_KINDS)
+        check_choice("ffn", ffn, FFN_KINDS)
+        if not isinstance(cross_attention, bool):
+            raise TypeError(f"cross_attention must be a bool; got {cross_attention!r}")
+        if d_head is None:
+            check_divisible("d_model", d_model, "n_heads (give d_head to choose freely)", n_heads)
+            d_head = d_model // n_heads
+        d_ff = 4 * d_model if d_ff is None else check_positive_int("d_ff", d_ff)
+        kw = {"device": device, "dtype": dtype}
+
+        if attention == "gqa":
+            for name, value, default in (("d_latent", d_latent, None),
+                                         ("d_latent_q", d_latent_q, None), ("d_rope", d_rope, 0)):
+                if value != default:
+                    raise ValueError(f"{name} applies to attention='mla' only; got {value!r}")
+            n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+            self.attn = GroupedQueryAttention(
+                d_model, n_heads, n_kv_heads, d_head, rope_base=rope_base, **kw
+            )
+        else:
+            if n_kv_heads is not None:
+                raise ValueError(
+                    "n_kv_heads applies to attention='gqa' only (MLA caches a latent, "
+                    f"not KV heads); got {n_kv_heads!r}"
+                )
+            if d_latent is None:
+                raise ValueError("d_latent must be set when attention='mla'; got None")
+            n_kv_heads = n_heads  # for the cross-attention sublayer below
+            self.attn = MultiHeadLatentAttention(
+                d_model, n_heads, d_head, d_latent, d_latent_q=d_latent_q, d_rope=d_rope,
+                rope_base=10000.0 if rope_base is None else rope_base, **kw,
+            )
+        self.attn_norm = _make_norm(norm_kind, d_model, **kw)
+        # Cross-attention: queries from the decoder, keys and values from `memory`. Its
+        # positions live in another sequence, so it gets no RoPE.
+        self.cross_attn = (
+            GroupedQueryAttention(d_model, n_heads, n_kv_heads, d_head, **kw)
+            if cross_attention else None
+        )
+        self.cross_norm = _make_norm(norm_kind, d_model, **kw) if cross_attention else None
+        self.ffn = FeedForward(d_model, d_ff, ffn, **kw)
+        self.ffn_norm = _make_norm(norm_kind, d_model, **kw)
+        if norm == "peri":
+            self.attn_out_norm = _make_norm(norm_kind, d_model, **kw)
+            self.cross_out_norm = _make_norm(norm_kind, d_model, **kw) if cross_attention else None
+            self.ffn_out_norm = _make_norm(norm_kind, d_model, **kw)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        causal: bool = False,
+        mask: torch.Tensor | None = None,
+        memory: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        cache: KVCache | LatentCache | None = None,
+    ) -> torch.Tensor:
+        """Apply the layer; the three branches below are the three residual equations.
+
+        Args:
+            x: ``(..., N, d_model)`` the residual stream.
+            causal: decoder self-attention (bottom-right aligned causal mask).
+            mask: bool ``(..., N, N_KV)`` for self-attention; True = may attend.
+            memory: ``(..., N_mem, d_model)`` encoder output, the keys and values of
+                cross-attention; required exactly when the block has ``cross_attn``.
+            memory_mask: bool ``(..., N, N_mem)`` for cross-attention, e.g.
+                :func:`attnlib.masks.key_padding_mask` of the source lengths.
+            positions: RoPE positions for self-attention (see the attention module).
+            cache: a :class:`~attnlib.cache.KVCache` (``"gqa"``) or
+                :class:`~attnlib.cache.LatentCache` (``"mla"``) for self-attention.
+                Cross-attention is recomputed from ``memory`` on every call.
+
+        Returns:
+            ``(..., N, d_model)``.
+        """
+        check_tensor("x", x, min_dim=2)
+        check_last_dim("x", x, self.d_model, "d_model of this block")
+        self._check_memory(memory, memory_mask)
+
+        def attn(h: torch.Tensor) -> torch.Tensor:
+            return self.attn(h, causal=causal, mask=mask, positions=positions, cache=cache)
+
+        def cross(h: torch.Tensor) -> torch.Tensor:
+            return self.cross_attn(h, memory, mask=memory_mask)
+
+        if self.norm == "pre":
+            x = x + attn(self.attn_norm(x))
+            if self.cross_attn is not None:
+                x = x + cross(self.cross_norm(x))
+            x = x + self.ffn(self.ffn_norm(x))
+        elif self.norm == "post":
+            x = self.attn_norm(x + attn(x))
+            if self.cross_attn is not None:
+                x = self.cross_norm(x + cross(x))
+            x = self.ffn_norm(x + self.ffn(x))
+        else:  # peri
+            x = x + self.attn_out_norm(attn(self.attn_norm(x)))
+            if self.cross_attn is not None:
+                x = x + self.cross_out_norm(cross(self.cross_norm(x)))
+            x = x + self.ffn_out_norm(self.ffn(self.ffn_norm(x)))
+        return x  # (..., N, d_model)
+
+    def _check_memory(self, memory: torch.Tensor | None, memory_mask: torch.Tensor | None) -> None:
+        if self.cross_attn is None:
+            if memory is not None or memory_mask is not None:
+                raise ValueError(
+                    "memory (and memory_mask) need a block built with cross_attention=True; "
+                    f"got memory of shape {None if memory is None else tuple(memory.shape)}"
+                )
+        elif memory is None:
+            raise ValueError(
+                "memory must be given: this block has a cross-attention sublayer "
+                "(cross_attention=True); got None"
+            )
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, norm={self.norm!r}, norm_kind={self.norm_kind!r}"
+
+
+# ---------------------------------------------------------------------------------------
+# A tiny decoder-only language model
+# ---------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _seeded(seed: int | None, device: torch.device | str | None) -> Iterator[None]:
+    """Draw from ``torch.manual_seed(seed)`` inside, restoring the global RNG state after."""
+    if seed is None:
+        yield
+        return
+    dev = torch.device(device) if device is not None else torch.get_default_device()
+    if dev.type == "cpu":
+        fork = torch.random.fork_rng(devices=[])
+    else:
+        fork = torch.random.fork_rng(device_type=dev.type)
+    with fork:
+        torch.manual_seed(seed)
+        yield
+
+
+class TinyDecoder(nn.Module):
+    """A decoder-only language model: ``logits = Norm(Blocks(E[ids])) E^T``.
+
+    Token embedding ``E`` (``vocab_size x d_model``, drawn from ``N(0, 1)`` like
+    ``nn.Embedding``), ``n_layers`` causal :class:`TransformerBlock` s, a final norm,
+    and an output head: ``E^T`` itself when ``tie_weights=True`` (GPT-2's weight tying),
+    otherwise a separate ``W_out (d_model, vocab_size)``. With ``norm="post"`` the last
+    block already ends in a norm, so there is no final norm; with ``norm="peri"`` the
+    embeddings are normalised on the way in too, as Kim et al. do.
+
+    Position information comes from RoPE inside attention: for ``"gqa"`` with base
+    ``rope_base`` (``None`` turns it off); for ``"mla"`` only through decoupled RoPE, so
+    ``d_rope > 0`` is needed for it. With ``attention="mla"`` and ``d_rope=0`` the model
+    has no positional encoding at all: the causal mask is then its only source of order
+    (a "NoPE" model). This is allowed, since it is what chapter 08 contrasts against.
+
+    Args:
+        vocab_size: number of token ids.
+        d_model: width of the residual stream.
+        n_layers: number of blocks.
+        n_heads: ``H`` query heads.
+        n_kv_heads: ``G`` KV heads for ``"gqa"``; ``None`` means ``H``.
+        d_head: head width; ``None`` means ``d_model // n_heads``.
+        d_ff: feed-forward width; ``None`` means ``4 * d_model``.
+        attention: ``"gqa"`` or ``"mla"``.
+        d_latent: MLA's ``d_L`` (required for ``"mla"``).
+        d_latent_q: MLA's ``d_LQ``.
+        d_rope: MLA's ``d_R``.
+        rope_base: RoPE base.
+        norm: one of :data:`NORM_PLACEMENTS`.
+        norm_kind: one of :data:`NORM_KINDS`.
+        ffn: one of :data:`FFN_KINDS`.
+        tie_weights: use ``E^T`` as the output head.
+        seed: when set, the weights are drawn from ``torch.manual_seed(seed)`` and the
+            global random state is restored afterwards (the same seed gives the same
+            weights on the same kind of device).
+        device: where the parameters live.
+        dtype: their dtype.
+
+    Example:
+        >>> model = TinyDecoder(vocab_size=50, d_model=32, n_layers=2, n_heads=4, seed=0)
+        >>> model.generate(torch.tensor([[1, 2, 3]]), 5).shape
+        torch.Size([1, 8])
+
+    Lesson: 04_masks_and_layers (the decoder stack), 05_kv_cache (generation).
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        n_layers: int,
+        n_heads: int,
+        *,
+        n_kv_heads: int | None = None,
+        d_head: int | None = None,
+        d_ff: int | None = None,
+        attention: str = "gqa",
+        d_latent: int | None = None,
+        d_latent_q: int | None = None,
+        d_rope: int = 0,
+        rope_base: float | None = 10000.0,
+        norm: str = "pre",
+        norm_kind: str = "rms",
+        ffn: str = "swiglu",
+        tie_weights: bool = True,
+        seed: int | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        self.vocab_size = check_positive_int("vocab_size", vocab_size)
+        self.d_model = check_positive_int("d_model", d_model)
+        self.n_layers = check_positive_int("n_layers", n_layers)
+        check_nonnegative_int("d_rope", d_rope)
+        if not isinstance(tie_weights, bool):
+            raise TypeError(f"tie_weights must be a bool; got {tie_weights!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise TypeError(f"seed must be an int or None; got {seed!r}")
+        self.attention = attention
+        self.norm = norm
+        kw = {"device": device, "dtype": dtype}
+        block_kw = {
+            "n_kv_heads": n_kv_heads, "d_head": d_head, "d_ff": d_ff, "ffn": ffn, "norm": norm,
+            "norm_kind": norm_kind, "attention": attention, "d_latent": d_latent,
+            "d_latent_q": d_latent_q, "d_rope": d_rope, "rope_base": rope_base,
+        }
+        with _seeded(seed, device):
+            self.E = nn.Parameter(torch.randn(vocab_size, d_model, **kw) * 0.02)
+            self.blocks = nn.ModuleList(
+                TransformerBlock(d_model, n_heads, **block_kw, **kw) for _ in range(n_layers)
+            )
+            self.W_out = None if tie_weights else _init_weight((d_model, vocab_size), **kw)
+        self.emb_norm = _make_norm(norm_kind, d_model, **kw) if norm == "peri" else nn.Identity()
+        self.final_norm = nn.Identity() if norm == "post" else _make_norm(norm_kind, d_model, **kw)
+
+    def output_weights(self) -> torch.Tensor:
+        """The output head ``(d_model, vocab_size)``: ``E^T`` (a view of ``E``) when tied."""
+        return self.E.mT if self.W_out is None else self.W_out
+
+    def new_caches(self) -> list[KVCache | LatentCache]:
+        """One empty cache per layer: :class:`KVCache` for ``"gqa"``, :class:`LatentCache`
+        for ``"mla"``. Pass the list as ``caches=`` to :meth:`forward`."""
+        kind = KVCache if self.attention == "gqa" else LatentCache
+        return [kind() for _ in range(self.n_layers)]
+
+    def forward(
+        self, ids: torch.Tensor, *, caches: Sequence[KVCache | LatentCache] | None = None
+    ) -> torch.Tensor:
+        """Next-token logits for every position: ``logits = Norm(Blocks(E[ids])) W_out``.
+
+        Args:
+            ids: ``(..., N)`` integer token ids in ``[0, vocab_size)``.
+            caches: one cache per layer (see :meth:`new_caches`); the new tokens continue
+                the sequence the caches hold, and the caches grow by ``N``.
+
+        Returns:
+            ``(..., N, vocab_size)`` logits; row ``i`` scores the token after ``ids[..., i]``.
+
+        Equivalent to one causal call over the whole sequence when the tokens are fed
+        through the same ``caches`` in pieces.
+        """
+        self._check_ids(ids)
+        if caches is not None:
+            self._check_caches(caches)
+        x = self.emb_norm(self.E[ids])  # (..., N, d_model)
+        for i, block in enumerate(self.blocks):
+            x = block(x, causal=True, cache=None if caches is None else caches[i])
+        h = self.final_norm(x)  # (..., N, d_model)
+        return h @ self.output_weights()  # (..., N, vocab_size)
+
+    @torch.no_grad()
+    def generate(
+        self, ids: torch.Tensor, max_new_tokens: int, *, use_cache: bool = True
+    ) -> torch.Tensor:
+        """Greedy decoding: append ``argmax`` of the last logits, ``max_new_tokens`` times.
+
+        ``use_cache=True`` runs the prompt once (prefill), then feeds one token per step
+        through per-layer caches: each step costs ``O(N)`` attention work. ``use_cache=False``
+        recomputes the whole sequence at every step, ``O(N^2)`` per step. Both produce the
+        same tokens (up to ties between logits that rounding could split differently).
+
+        Args:
+            ids: ``(..., N)`` prompt token ids (``N >= 1``).
+            max_new_tokens: how many tokens to append (>= 0).
+            use_cache: decode with KV (or latent) caches.
+
+        Returns:
+            ``(..., N + max_new_tokens)`` the prompt followed by the generated ids.
+        """
+        self._check_ids(ids)
+        check_nonnegative_int("max_new_tokens", max_new_tokens)
+        if not isinstance(use_cache, bool):
+            raise TypeError(f"use_cache must be a bool; got {use_cache!r}")
+        caches = self.new_caches() if use_cache else None
+        out, step = ids, ids
+        for _ in range(max_new_tokens):
+            logits = self(step, caches=caches)  # (..., N_step, vocab_size)
+            next_id = logits[..., -1, :].argmax(dim=-1, keepdim=True)  # (..., 1)
+            out = torch.cat((out, next_id), dim=-1)
+            step = next_id if use_cache else out  # with a cache, feed only the new token
+        return out
+
+    def _check_ids(self, ids: object) -> None:
+        if not isinstance(ids, torch.Tensor):
+            raise TypeError(f"ids must be a torch.Tensor of token ids; got {type(ids).__name__}")
+        if ids.dtype == torch.bool or ids.is_floating_point() or ids.is_complex():
+            raise TypeError(f"ids must have an integer dtype (token ids); got {ids.dtype}")
+        if ids.dim() < 1 or ids.shape[-1] < 1:
+            raise ValueError(f"ids must have shape (..., N) with N >= 1; got {tuple(ids.shape)}")
+        if ids.device != self.E.device:
+            raise ValueError(
+                f"ids must live on the model's device {self.E.device}; got {ids.device}"
+            )
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= self.vocab_size:
+            raise ValueError(
+                f"ids must lie in [0, vocab_size={self.vocab_size}); got values from {lo} to {hi}"
+            )
+
+    def _check_caches(self, caches: object) -> None:
+        kind = KVCache if self.attention == "gqa" else LatentCache
+        if not isinstance(caches, (list, tuple)) or len(caches) != self.n_layers:
+            got = len(caches) if isinstance(caches, (list, tuple)) else type(caches).__name__
+            raise ValueError(
+                f"caches must be a list of {self.n_layers} caches, one per layer "
+                f"(see new_caches()); got {got}"
+            )
+        for i, cache in enumerate(caches):
+            if not isinstance(cache, kind):
+                raise TypeError(
+                    f"caches[{i}] must be an attnlib.{kind.__name__} for attention="
+                    f"{self.attention!r}; got {type(cache).__name__}"
+                )
+
+    def extra_repr(self) -> str:
+        tied = self.W_out is None
+        return (
+            f"vocab_size={self.vocab_size}, d_model={self.d_model}, n_layers={self.n_layers}, "
+            f"attention={self.attention!r}, tie_weights={tied}"
+        )

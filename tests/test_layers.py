@@ -1,0 +1,415 @@
+"""Norms, feed-forward networks, transformer blocks and TinyDecoder.
+
+References: torch's own ``F.layer_norm``, ``nn.LayerNorm``, ``nn.RMSNorm``, ``F.rms_norm``,
+``nn.Linear`` and ``F.embedding``; formulas written out with ``F.relu``/``F.gelu``/``F.silu``;
+the residual equations of each norm placement recomputed here from the block's parts; and
+properties (permutation equivariance, causality, cache equivalence) that hold whatever the
+weights are. The comparison of GroupedQueryAttention with ``nn.MultiheadAttention`` lives in
+tests/test_gqa.py.
+"""
+
+from __future__ import annotations
+
+import doctest
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from attnlib_testing import tolerances
+
+import attnlib.layers as layers
+from attnlib.cache import KVCache, LatentCache
+from attnlib.layers import (
+    FeedForward,
+    LayerNorm,
+    RMSNorm,
+    TinyDecoder,
+    TransformerBlock,
+    layer_norm,
+    rms_norm,
+)
+from attnlib.masks import key_padding_mask
+
+F64 = torch.float64
+
+
+def _randomise(module: torch.nn.Module, gen: torch.Generator) -> None:
+    """Replace every parameter with random numbers, so gains of 1 and biases of 0 hide nothing."""
+    with torch.no_grad():
+        for p in module.parameters():
+            noise = torch.randn(p.shape, generator=gen, dtype=p.dtype).to(p.device)
+            p.copy_(0.5 * noise + (1.0 if p.dim() == 1 else 0.0))
+
+
+# --- norms -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_layer_norm_matches_torch(device, gen, dtype):
+    x = (3 * torch.randn(4, 5, 16, generator=gen, dtype=dtype) + 2).to(device)
+    ours = LayerNorm(16, eps=1e-5, device=device, dtype=dtype)
+    theirs = torch.nn.LayerNorm(16, eps=1e-5, device=device, dtype=dtype)
+    _randomise(ours, gen)
+    with torch.no_grad():
+        theirs.weight.copy_(ours.gamma)
+        theirs.bias.copy_(ours.beta)
+    torch.testing.assert_close(ours(x), theirs(x), **tolerances(dtype))
+    ref = F.layer_norm(x, (16,), ours.gamma, ours.beta, 1e-5)
+    torch.testing.assert_close(layer_norm(x, ours.gamma, ours.beta, 1e-5), ref, **tolerances(dtype))
+    # with unit gains and zero shifts each row has mean 0 and biased variance ~1
+    y = layer_norm(x.to(F64))
+    torch.testing.assert_close(y.mean(-1), torch.zeros(4, 5, dtype=F64, device=device))
+    torch.testing.assert_close(y.var(-1, unbiased=False), torch.full((4, 5), 1.0, dtype=F64,
+                               device=device), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_rms_norm_matches_formula_and_torch(device, gen, dtype):
+    x = (torch.randn(3, 7, 12, generator=gen, dtype=dtype) + 1).to(device)
+    norm = RMSNorm(12, eps=1e-6, device=device, dtype=dtype)
+    _randomise(norm, gen)
+    # the formula, one row at a time: x / sqrt(sum(x_i^2) / d + eps) * g
+    ref = torch.empty_like(x)
+    for b in range(3):
+        for n in range(7):
+            row = x[b, n]
+            ref[b, n] = row / torch.sqrt(sum(v * v for v in row) / 12 + 1e-6) * norm.g
+    torch.testing.assert_close(norm(x), ref, **tolerances(dtype))
+    torch_norm = torch.nn.RMSNorm(12, eps=1e-6, device=device, dtype=dtype)
+    with torch.no_grad():
+        torch_norm.weight.copy_(norm.g)
+    torch.testing.assert_close(norm(x), torch_norm(x), **tolerances(dtype))
+    # no recentring: a constant row c maps to c / sqrt(c^2 + eps) * g, about sign(c) * g
+    const = torch.full((12,), -4.0, dtype=dtype, device=device)
+    expected = -4.0 / math.sqrt(16.0 + 1e-6) * norm.g.detach()
+    torch.testing.assert_close(rms_norm(const, norm.g), expected, **tolerances(dtype))
+
+
+def test_norms_in_bfloat16_compute_in_float32(device, gen):
+    x = torch.randn(2, 9, 32, generator=gen).to(device)
+    g = torch.rand(32, generator=gen).to(device) + 0.5
+    b = torch.randn(32, generator=gen).to(device)
+    xb, gb, bb = x.bfloat16(), g.bfloat16(), b.bfloat16()
+    ref_ln = F.layer_norm(xb.float(), (32,), gb.float(), bb.float()).bfloat16()
+    ref_rms = F.rms_norm(xb.float(), (32,), gb.float(), 1e-6).bfloat16()
+    out_ln, out_rms = layer_norm(xb, gb, bb), rms_norm(xb, gb)
+    assert out_ln.dtype == out_rms.dtype == torch.bfloat16
+    torch.testing.assert_close(out_ln, ref_ln, **tolerances(torch.bfloat16))
+    torch.testing.assert_close(out_rms, ref_rms, **tolerances(torch.bfloat16))
+
+
+# --- feed-forward ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["relu", "gelu", "swiglu"])
+@pytest.mark.parametrize("bias", [False, True])
+def test_feed_forward_matches_formula(device, gen, kind, bias):
+    ffn = FeedForward(8, 20, kind, bias=bias, device=device, dtype=F64)
+    _randomise(ffn, gen)
+    x = torch.randn(2, 5, 8, generator=gen, dtype=F64).to(device)
+    if kind == "swiglu":
+        gate, up = x @ ffn.W_gate, x @ ffn.W_up
+        if bias:
+            gate, up = gate + ffn.b_gate, up + ffn.b_up
+        ref = (F.silu(gate) * up) @ ffn.W_down + (ffn.b_down if bias else 0)
+        n_params = 3 * 8 * 20 + (20 + 20 + 8) * bias
+    else:
+        f = F.relu if kind == "relu" else F.gelu
+        ref = f(x @ ffn.W_1 + (ffn.b_1 if bias else 0)) @ ffn.W_2 + (ffn.b_2 if bias else 0)
+        n_params = 2 * 8 * 20 + (20 + 8) * bias
+    torch.testing.assert_close(ffn(x), ref, **tolerances(F64))
+    assert sum(p.numel() for p in ffn.parameters()) == n_params
+
+
+@pytest.mark.parametrize("kind", ["relu", "gelu"])
+def test_mlp_matches_torch_linear_layers(gen, kind):
+    ffn = FeedForward(6, 10, kind, bias=True, dtype=F64)
+    _randomise(ffn, gen)
+    act = torch.nn.ReLU() if kind == "relu" else torch.nn.GELU()
+    net = torch.nn.Sequential(torch.nn.Linear(6, 10), act, torch.nn.Linear(10, 6)).to(F64)
+    with torch.no_grad():  # nn.Linear stores the transpose of a right-multiplying weight
+        net[0].weight.copy_(ffn.W_1.T)
+        net[0].bias.copy_(ffn.b_1)
+        net[2].weight.copy_(ffn.W_2.T)
+        net[2].bias.copy_(ffn.b_2)
+    x = torch.randn(3, 4, 6, generator=gen, dtype=F64)
+    torch.testing.assert_close(ffn(x), net(x))
+
+
+def test_docstring_examples_run():
+    result = doctest.testmod(layers, extraglobs={"torch": torch})
+    assert result.attempted > 0 and result.failed == 0
+
+
+# --- transformer block -----------------------------------------------------------------
+
+
+def _norm_ref(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The block's norm recomputed with torch's functional norms and its parameters."""
+    if isinstance(norm, RMSNorm):
+        return F.rms_norm(x, (x.shape[-1],), norm.g, norm.eps)
+    return F.layer_norm(x, (x.shape[-1],), norm.gamma, norm.beta, norm.eps)
+
+
+def _ffn_ref(ffn: FeedForward, x: torch.Tensor) -> torch.Tensor:
+    return (F.silu(x @ ffn.W_gate) * (x @ ffn.W_up)) @ ffn.W_down
+
+
+@pytest.mark.parametrize("placement", ["pre", "post", "peri"])
+@pytest.mark.parametrize("norm_kind", ["rms", "layer"])
+@pytest.mark.parametrize("cross", [False, True])
+def test_block_is_its_residual_equation(device, gen, placement, norm_kind, cross):
+    block = TransformerBlock(16, 4, n_kv_heads=2, d_ff=24, norm=placement, norm_kind=norm_kind,
+                             rope_base=10000.0, cross_attention=cross, device=device, dtype=F64)
+    _randomise(block, gen)
+    x = torch.randn(2, 6, 16, generator=gen, dtype=F64).to(device)
+    memory = torch.randn(2, 4, 16, generator=gen, dtype=F64).to(device) if cross else None
+
+    def A(h):
+        return block.attn(h, causal=True)
+
+    def C(h):
+        return block.cross_attn(h, memory)
+
+    def N(name, h):
+        return _norm_ref(getattr(block, name), h)
+
+    h = x
+    if placement == "pre":
+        h = h + A(N("attn_norm", h))
+        if cross:
+            h = h + C(N("cross_norm", h))
+        h = h + _ffn_ref(block.ffn, N("ffn_norm", h))
+    elif placement == "post":
+        h = N("attn_norm", h + A(h))
+        if cross:
+            h = N("cross_norm", h + C(h))
+        h = N("ffn_norm", h + _ffn_ref(block.ffn, h))
+    else:
+        h = h + N("attn_out_norm", A(N("attn_norm", h)))
+        if cross:
+            h = h + N("cross_out_norm", C(N("cross_norm", h)))
+        h = h + N("ffn_out_norm", _ffn_ref(block.ffn, N("ffn_norm", h)))
+    out = block(x, causal=True, memory=memory)
+    assert out.shape == (2, 6, 16)
+    torch.testing.assert_close(out, h, **tolerances(F64))
+
+
+def test_post_norm_output_is_normalised_and_pre_norm_output_is_not(gen):
+    x = 5 * torch.randn(3, 8, 16, generator=gen, dtype=F64)
+    post = TransformerBlock(16, 4, norm="post", norm_kind="layer", dtype=F64)
+    y = post(x)  # the last operation is LayerNorm with gains 1 and shifts 0
+    torch.testing.assert_close(y.mean(-1), torch.zeros(3, 8, dtype=F64))
+    pre = TransformerBlock(16, 4, norm="pre", norm_kind="layer", dtype=F64)
+    assert pre(x).mean(-1).abs().max() > 0.1  # the skip path carries x through unnormalised
+
+
+@pytest.mark.parametrize("placement", ["pre", "post", "peri"])
+@pytest.mark.parametrize("attention", ["gqa", "mla"])
+def test_encoder_without_rope_is_permutation_equivariant(device, gen, placement, attention):
+    mla = {"d_latent": 6} if attention == "mla" else {}
+    block = TransformerBlock(16, 4, norm=placement, attention=attention, device=device,
+                             dtype=F64, **mla)
+    x = torch.randn(2, 7, 16, generator=gen, dtype=F64).to(device)
+    perm = torch.randperm(7, generator=gen).to(device)
+    torch.testing.assert_close(block(x[:, perm]), block(x)[:, perm], **tolerances(F64))
+    # a padding mask moves with its tokens
+    pad = key_padding_mask([7, 4], 7, device=device)
+    torch.testing.assert_close(block(x[:, perm], mask=pad[..., perm]),
+                               block(x, mask=pad)[:, perm], **tolerances(F64))
+
+
+@pytest.mark.parametrize("attention", ["gqa", "mla"])
+def test_decoder_is_causal(device, gen, attention):
+    mla = {"d_latent": 6, "d_rope": 4} if attention == "mla" else {"n_kv_heads": 2}
+    block = TransformerBlock(16, 4, attention=attention, rope_base=10000.0, device=device,
+                             dtype=F64, **mla)
+    x = torch.randn(2, 8, 16, generator=gen, dtype=F64).to(device)
+    x2 = x.clone()
+    x2[:, 5:] = torch.randn(2, 3, 16, generator=gen, dtype=F64).to(device)
+    y, y2 = block(x, causal=True), block(x2, causal=True)
+    torch.testing.assert_close(y[:, :5], y2[:, :5], **tolerances(F64))
+    assert (y[:, 5:] - y2[:, 5:]).abs().amax() > 1e-3
+    # without the causal mask the earlier tokens do see the change
+    assert (block(x)[:, :5] - block(x2)[:, :5]).abs().amax() > 1e-3
+
+
+def test_cross_attention_reads_memory(device, gen):
+    block = TransformerBlock(16, 4, n_kv_heads=1, cross_attention=True, device=device,
+                             dtype=F64)
+    x = torch.randn(2, 5, 16, generator=gen, dtype=F64).to(device)
+    memory = torch.randn(2, 9, 16, generator=gen, dtype=F64).to(device)
+    y = block(x, causal=True, memory=memory)
+    assert y.shape == (2, 5, 16)
+    other = torch.randn(2, 9, 16, generator=gen, dtype=F64).to(device)
+    assert (block(x, causal=True, memory=other) - y).abs().amax() > 1e-3
+    # a shorter memory works too: N_mem is free
+    assert block(x, causal=True, memory=memory[:, :3]).shape == (2, 5, 16)
+    # masked memory tokens (padding) do not matter
+    lengths = key_padding_mask([6, 9], 9, device=device)
+    changed = memory.clone()
+    changed[0, 6:] = 100.0
+    torch.testing.assert_close(block(x, causal=True, memory=memory, memory_mask=lengths),
+                               block(x, causal=True, memory=changed, memory_mask=lengths))
+    assert (block(x, causal=True, memory=changed) - y).abs().amax() > 1e-3
+
+
+@pytest.mark.parametrize("attention", ["gqa", "mla"])
+@pytest.mark.parametrize("placement", ["pre", "peri"])
+def test_block_with_cache_in_pieces_equals_one_causal_call(device, gen, attention, placement):
+    if attention == "mla":
+        kw, cache = {"d_latent": 6, "d_latent_q": 10, "d_rope": 4}, LatentCache()
+    else:
+        kw, cache = {"n_kv_heads": 2}, KVCache()
+    block = TransformerBlock(16, 4, attention=attention, norm=placement, rope_base=500.0,
+                             device=device, dtype=F64, **kw)
+    x = torch.randn(2, 9, 16, generator=gen, dtype=F64).to(device)
+    full = block(x, causal=True)
+    pieces = [block(x[:, a:b], causal=True, cache=cache) for a, b in [(0, 4), (4, 5), (5, 9)]]
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full, **tolerances(F64))
+    assert cache.n_tokens == 9
+
+
+# --- TinyDecoder -----------------------------------------------------------------------
+
+
+def _decoder(attention: str, device, **kw) -> TinyDecoder:
+    if attention == "mla":
+        kw = {"d_latent": 12, "d_rope": 4, **kw}
+    return TinyDecoder(61, 32, 2, 4, attention=attention, device=device, dtype=F64, **kw)
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_decoder_forward_recomputed_with_torch_parts(device, gen, tie):
+    model = TinyDecoder(50, 16, 2, 4, n_kv_heads=2, tie_weights=tie, seed=3, device=device,
+                        dtype=F64)
+    ids = torch.randint(0, 50, (3, 7), generator=gen).to(device)
+    x = F.embedding(ids, model.E)
+    for block in model.blocks:
+        x = block(x, causal=True)
+    h = F.rms_norm(x, (16,), model.final_norm.g, model.final_norm.eps)
+    ref = F.linear(h, model.E) if tie else h @ model.W_out
+    logits = model(ids)
+    assert logits.shape == (3, 7, 50)
+    torch.testing.assert_close(logits, ref, **tolerances(F64))
+
+
+def test_tied_head_shares_storage_with_embedding(device):
+    tied = TinyDecoder(40, 16, 1, 2, seed=0, device=device)
+    untied = TinyDecoder(40, 16, 1, 2, tie_weights=False, seed=0, device=device)
+    assert tied.W_out is None
+    assert tied.output_weights().untyped_storage().data_ptr() == tied.E.untyped_storage().data_ptr()
+    assert tied.output_weights().shape == (16, 40)
+    n_tied = sum(p.numel() for p in tied.parameters())
+    assert sum(p.numel() for p in untied.parameters()) == n_tied + 16 * 40
+    # editing E changes the tied head: they are one tensor
+    with torch.no_grad():
+        tied.E[7, 3] = 123.0
+    assert tied.output_weights()[3, 7].item() == 123.0
+
+
+def test_seed_gives_reproducible_weights_and_leaves_global_rng_alone():
+    before = torch.get_rng_state()
+    a = TinyDecoder(30, 16, 2, 2, seed=11)
+    assert torch.equal(torch.get_rng_state(), before)
+    b = TinyDecoder(30, 16, 2, 2, seed=11)
+    c = TinyDecoder(30, 16, 2, 2, seed=12)
+    for (name, p), q, r in zip(a.named_parameters(), b.parameters(), c.parameters(), strict=True):
+        assert torch.equal(p, q), name
+        if p.dim() == 2:
+            assert not torch.equal(p, r), name
+
+
+@pytest.mark.parametrize(
+    "attention,kw",
+    [("gqa", {"n_kv_heads": 2}), ("gqa", {"n_kv_heads": 1}), ("mla", {}),
+     ("mla", {"d_latent_q": 10, "norm": "peri"})],
+)
+def test_decoder_caches_in_pieces_equal_one_call(device, gen, attention, kw):
+    model = _decoder(attention, device, seed=0, **kw)
+    ids = torch.randint(0, 61, (2, 10), generator=gen).to(device)
+    full = model(ids)
+    caches = model.new_caches()
+    assert all(isinstance(c, KVCache if attention == "gqa" else LatentCache) for c in caches)
+    pieces = [model(ids[:, a:b], caches=caches) for a, b in [(0, 3), (3, 4), (4, 10)]]
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full, **tolerances(F64))
+    assert [c.n_tokens for c in caches] == [10, 10]
+
+
+@pytest.mark.parametrize(
+    "attention,kw,seed",
+    [("gqa", {"n_kv_heads": 2}, 0), ("gqa", {"n_kv_heads": 2}, 1), ("gqa", {"n_kv_heads": 2}, 2),
+     ("gqa", {"n_kv_heads": 1}, 3), ("gqa", {"n_kv_heads": 4}, 4),
+     ("mla", {}, 0), ("mla", {}, 1), ("mla", {}, 2), ("mla", {"d_rope": 0}, 5),
+     ("gqa", {"norm": "post", "norm_kind": "layer"}, 6), ("gqa", {"norm": "peri"}, 7)],
+)
+def test_generate_same_tokens_with_and_without_cache(device, attention, kw, seed):
+    model = _decoder(attention, device, seed=seed, **kw)
+    prompt = torch.tensor([[5, 17, 3], [60, 0, 9]], device=device)
+    with_cache = model.generate(prompt, 16)
+    without = model.generate(prompt, 16, use_cache=False)
+    assert with_cache.shape == (2, 19)
+    assert torch.equal(with_cache[:, :3], prompt)
+    assert torch.equal(with_cache, without)
+    # greedy: every generated token is the argmax of the full forward at the step before
+    logits = model(with_cache[:, :-1])
+    assert torch.equal(logits[:, 2:].argmax(-1), with_cache[:, 3:])
+
+
+def test_generate_takes_a_single_unbatched_prompt_and_zero_steps():
+    model = TinyDecoder(20, 16, 1, 2, seed=0)
+    out = model.generate(torch.tensor([1, 2]), 3)
+    assert out.shape == (5,)
+    assert torch.equal(model.generate(torch.tensor([[1, 2]]), 0), torch.tensor([[1, 2]]))
+
+
+# --- bad input -------------------------------------------------------------------------
+
+
+def _bad_cases():
+    ok = torch.tensor([[1, 2]])
+    model = TinyDecoder(10, 8, 1, 2, seed=0)
+    return [
+        ("norm", lambda: TransformerBlock(8, 2, norm="middle"), ValueError),
+        ("norm_kind", lambda: TransformerBlock(8, 2, norm_kind="batch"), ValueError),
+        ("ffn", lambda: TransformerBlock(8, 2, ffn="tanh"), ValueError),
+        ("kind", lambda: FeedForward(8, 16, kind="tanh"), ValueError),
+        ("attention", lambda: TransformerBlock(8, 2, attention="linear"), ValueError),
+        ("d_model", lambda: TransformerBlock(0, 2), ValueError),
+        ("n_heads", lambda: TransformerBlock(8, -1), ValueError),
+        ("d_ff", lambda: TransformerBlock(8, 2, d_ff=0), ValueError),
+        ("d_ff", lambda: FeedForward(8, -3), ValueError),
+        ("d", lambda: RMSNorm(0), ValueError),
+        ("d", lambda: LayerNorm(2.5), TypeError),
+        ("eps", lambda: RMSNorm(4, eps=0.0), ValueError),
+        ("gamma", lambda: layer_norm(torch.zeros(2, 4), torch.ones(3)), ValueError),
+        ("d_model", lambda: TransformerBlock(10, 4), ValueError),  # 10 heads do not split 4
+        ("d_latent", lambda: TransformerBlock(8, 2, attention="mla"), ValueError),
+        ("d_latent", lambda: TransformerBlock(8, 2, d_latent=4), ValueError),
+        ("n_kv_heads", lambda: TransformerBlock(8, 2, attention="mla", d_latent=4,
+                                                n_kv_heads=1), ValueError),
+        ("memory", lambda: TransformerBlock(8, 2, cross_attention=True)(torch.zeros(1, 3, 8)),
+         ValueError),
+        ("memory", lambda: TransformerBlock(8, 2)(torch.zeros(1, 3, 8),
+                                                  memory=torch.zeros(1, 2, 8)), ValueError),
+        ("x", lambda: TransformerBlock(8, 2)(torch.zeros(1, 3, 7)), ValueError),
+        ("vocab_size", lambda: TinyDecoder(0, 8, 1, 2), ValueError),
+        ("n_layers", lambda: TinyDecoder(10, 8, 0, 2), ValueError),
+        ("ids", lambda: model(torch.tensor([[1, 10]])), ValueError),
+        ("ids", lambda: model(torch.tensor([[-1, 2]])), ValueError),
+        ("ids", lambda: model(torch.tensor([[1.0, 2.0]])), TypeError),
+        ("ids", lambda: model.generate([[1, 2]], 3), TypeError),
+        ("max_new_tokens", lambda: model.generate(ok, -1), ValueError),
+        ("caches", lambda: model(ok, caches=[]), ValueError),
+        ("caches", lambda: model(ok, caches=[LatentCache()]), TypeError),
+        ("seed", lambda: TinyDecoder(10, 8, 1, 2, seed=1.5), TypeError),
+    ]
+
+
+@pytest.mark.parametrize(
+    "argument,call,error", _bad_cases(), ids=[f"{c[0]}-{i}" for i, c in enumerate(_bad_cases())]
+)
+def test_bad_input_names_the_argument(argument, call, error):
+    with pytest.raises(error, match=argument):
+        call()
