@@ -1,0 +1,88 @@
+# Build, serve and test the book. Each target sets up what it needs (.venv from
+# requirements.txt, node_modules from package-lock.json) and reuses it on the next run:
+# stamp files record what was installed from which file.
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-builtin-rules --no-print-directory
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+VENV_STAMP := $(VENV)/.installed
+NPM_STAMP := node_modules/.installed
+BUILD := _build
+HTML := $(BUILD)/html
+LOGS := $(BUILD)/logs
+PORT ?= 8000
+# Extra flags for `jupyter-book build`; `make test` passes --all for a full rebuild.
+JB_FLAGS ?=
+
+.PHONY: help book serve lab test clean distclean
+
+help:
+	@echo "make book       build the static site into $(HTML)"
+	@echo "make serve      build, then serve it at http://127.0.0.1:$(PORT)"
+	@echo "make lab        JupyterLab on the lessons"
+	@echo "make test       ruff, pytest, nbval, book build, standalone lessons, browser, actionlint"
+	@echo "make clean      remove $(BUILD) and caches (distclean: also .venv and node_modules)"
+
+$(VENV_STAMP): requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(NPM_STAMP): package.json package-lock.json
+	npm ci --ignore-scripts --no-audit --no-fund
+	touch $@
+
+# Warnings are errors; --keep-going reports all of them. The log stays in $(LOGS), with any
+# execution reports, when the build fails.
+book: $(VENV_STAMP) $(NPM_STAMP)
+	@mkdir -p $(LOGS)
+	@echo "jupyter-book build . -W --keep-going $(JB_FLAGS)  (log: $(LOGS)/book-build.log)"
+	@if $(BIN)/jupyter-book build . -W --keep-going $(JB_FLAGS) 2>&1 | tee $(LOGS)/book-build.log; then \
+	  echo "site: $(HTML)/index.html"; \
+	else \
+	  status=$$?; \
+	  if [ -d $(HTML)/reports ]; then cp -r $(HTML)/reports $(LOGS)/; fi; \
+	  echo "book build failed; log and reports in $(LOGS)"; \
+	  exit $$status; \
+	fi
+
+serve: book
+	$(BIN)/python -m http.server $(PORT) --bind 127.0.0.1 -d $(HTML)
+
+# Jupyter refuses to run as root unless told; containers often are root.
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
+
+lab: $(VENV_STAMP)
+	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=. \
+	  --LabApp.default_url=/lab/tree/lessons $(ALLOW_ROOT)
+
+test: $(VENV_STAMP) $(NPM_STAMP)
+	@echo "== ruff"
+	$(BIN)/ruff check .
+	@echo "== attnlib tests and book source checks"
+	$(BIN)/python -m pytest tests/ --ignore=tests/book/site
+	@echo "== lessons against their committed outputs (nbval)"
+	$(BIN)/python -m pytest --nbval --nbval-current-env \
+	  --nbval-sanitize-with tests/nbval_sanitize.cfg lessons/
+	@echo "== book build (full rebuild, warnings are errors)"
+	$(MAKE) book JB_FLAGS=--all
+	BOOK_SITE_REQUIRED=1 $(BIN)/python -m pytest tests/book/site/test_site_build.py
+	@echo "== each lesson alone, as in Colab"
+	$(BIN)/python tests/check_lessons_standalone.py
+	@echo "== the site in a browser"
+	BOOK_SITE_REQUIRED=1 $(BIN)/python -m pytest tests/book/site/test_site_browser.py
+	@echo "== actionlint"
+	$(BIN)/actionlint
+	@echo "make test: every check passed"
+
+clean:
+	rm -rf $(BUILD) .pytest_cache .ruff_cache .hypothesis build dist
+
+distclean: clean
+	rm -rf $(VENV) node_modules
