@@ -13,7 +13,8 @@ Modules, one concept each (the chapter that explains it in brackets):
 - ``gqa``     grouped-query attention (MHA and MQA are its limits)     (03, 06)
 - ``mla``     multi-head latent attention and GQA -> MLA conversion    (07)
 - ``cache``   KV and latent caches                                     (05, 07)
-- ``layers``  norms, feed-forward, transformer blocks, ``TinyDecoder``  (04, 05)
+- ``norms``   LayerNorm and RMSNorm                                    (04)
+- ``layers``  feed-forward, transformer blocks, ``TinyDecoder``         (04, 05)
 - ``memory``  cache byte accounting and published model presets        (00, 05, 06, 07)
 - ``flash``   exact tiled attention with an online softmax             (09)
 - ``tokens``  a toy word tokenizer and embedding lookup                (00)
@@ -37,13 +38,9 @@ from attnlib.layers import (
     NORM_KINDS,
     NORM_PLACEMENTS,
     FeedForward,
-    LayerNorm,
-    RMSNorm,
     TinyDecoder,
     TransformerBlock,
     feed_forward,
-    layer_norm,
-    rms_norm,
     swiglu,
 )
 from attnlib.masks import causal_mask, key_padding_mask, sliding_window_mask
@@ -68,6 +65,7 @@ from attnlib.mla import (
     mla_merged_weights,
     mla_naive,
 )
+from attnlib.norms import LayerNorm, RMSNorm, layer_norm, rms_norm
 from attnlib.rope import (
     apply_rope,
     rope_angles,

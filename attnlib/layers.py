@@ -1,6 +1,7 @@
 """Everything around attention in a transformer layer: norms, feed-forward, blocks, a decoder.
 
-Read top to bottom, like a model file: the two norms, the feed-forward network, the block
+Read top to bottom, like a model file (the norms live in :mod:`attnlib.norms`): the
+feed-forward network, the block
 (one attention sublayer, an optional cross-attention sublayer and a feed-forward sublayer,
 each wrapped in a skip connection), and :class:`TinyDecoder`, a complete decoder-only
 language model small enough to run on a laptop. Math lives in plain functions
@@ -31,26 +32,22 @@ from attnlib._checks import (
     check_divisible,
     check_last_dim,
     check_nonnegative_int,
-    check_positive_float,
     check_positive_int,
     check_tensor,
 )
 from attnlib.cache import KVCache, LatentCache
 from attnlib.gqa import GroupedQueryAttention, _init_weight
 from attnlib.mla import MultiHeadLatentAttention
+from attnlib.norms import LayerNorm, RMSNorm
 
 __all__ = [
     "FFN_KINDS",
     "NORM_KINDS",
     "NORM_PLACEMENTS",
     "FeedForward",
-    "LayerNorm",
-    "RMSNorm",
     "TinyDecoder",
     "TransformerBlock",
     "feed_forward",
-    "layer_norm",
-    "rms_norm",
     "swiglu",
 ]
 
@@ -65,171 +62,6 @@ FFN_KINDS = ("swiglu", "gelu", "relu")
 
 ATTENTION_KINDS = ("gqa", "mla")
 
-_HALF = (torch.float16, torch.bfloat16)
-
-
-# ---------------------------------------------------------------------------------------
-# Norms
-# ---------------------------------------------------------------------------------------
-
-
-def _check_gain(name: str, g: torch.Tensor | None, x: torch.Tensor) -> None:
-    if g is None:
-        return
-    check_tensor(name, g)
-    if g.shape != x.shape[-1:]:
-        raise ValueError(
-            f"{name} must have shape (d,) = ({x.shape[-1]},), one entry per feature of x; "
-            f"got {tuple(g.shape)}"
-        )
-
-
-def layer_norm(
-    x: torch.Tensor,
-    gamma: torch.Tensor | None = None,
-    beta: torch.Tensor | None = None,
-    eps: float = 1e-5,
-) -> torch.Tensor:
-    """``y = (x - mu) / sqrt(sigma^2 + eps) * gamma + beta``, over the last dimension.
-
-    ``mu`` and ``sigma^2`` are the mean and the biased variance (divide by ``d``, not
-    ``d - 1``) of each row: the norm recentres and rescales every token on its own.
-    Half-precision inputs are normalised in float32 and cast back.
-
-    Args:
-        x: ``(..., d)``.
-        gamma: ``(d,)`` gains; ``None`` means ones.
-        beta: ``(d,)`` shifts; ``None`` means zeros.
-        eps: added to the variance (> 0).
-
-    Returns:
-        ``(..., d)``, dtype of ``x``.
-
-    Equivalent to ``F.layer_norm(x, (d,), gamma, beta, eps)``.
-
-    Example:
-        >>> layer_norm(torch.tensor([[1.0, 2.0, 3.0]]))
-        tensor([[-1.2247,  0.0000,  1.2247]])
-
-    Lesson: 04_masks_and_layers.
-    """
-    check_tensor("x", x)
-    _check_gain("gamma", gamma, x)
-    _check_gain("beta", beta, x)
-    eps = check_positive_float("eps", eps)
-    work = torch.float32 if x.dtype in _HALF else x.dtype
-    xw = x.to(work)
-    mu = xw.mean(dim=-1, keepdim=True)  # (..., 1)
-    var = (xw - mu).square().mean(dim=-1, keepdim=True)  # (..., 1), biased like torch
-    y = (xw - mu) / torch.sqrt(var + eps)  # (..., d)
-    if gamma is not None:
-        y = y * gamma.to(work)
-    if beta is not None:
-        y = y + beta.to(work)
-    return y.to(x.dtype)
-
-
-def rms_norm(x: torch.Tensor, g: torch.Tensor | None = None, eps: float = 1e-6) -> torch.Tensor:
-    """``y = x / sqrt(mean(x^2) + eps) * g``, over the last dimension.
-
-    Zhang and Sennrich's RMSNorm: divide each row by its root mean square. Unlike
-    :func:`layer_norm` it does not subtract the mean and has no shift ``beta``, which
-    saves work; Llama, Gemma and DeepSeek use it. Half-precision inputs are normalised
-    in float32 and cast back.
-
-    Args:
-        x: ``(..., d)``.
-        g: ``(d,)`` gains; ``None`` means ones.
-        eps: added to the mean square (> 0).
-
-    Returns:
-        ``(..., d)``, dtype of ``x``.
-
-    Equivalent to ``torch.nn.functional.rms_norm(x, (d,), g, eps)``.
-
-    Example:
-        >>> rms_norm(torch.tensor([[3.0, 4.0]]), eps=1e-12)   # RMS = sqrt(12.5)
-        tensor([[0.8485, 1.1314]])
-
-    Lesson: 04_masks_and_layers.
-    """
-    check_tensor("x", x)
-    _check_gain("g", g, x)
-    eps = check_positive_float("eps", eps)
-    xw = x.float() if x.dtype in _HALF else x
-    y = xw * torch.rsqrt(xw.square().mean(dim=-1, keepdim=True) + eps)  # (..., d)
-    if g is not None:
-        y = y * g
-    return y if y.dtype == x.dtype else y.to(x.dtype)
-
-
-class LayerNorm(nn.Module):
-    """Layer normalisation with gains ``gamma`` (ones) and shifts ``beta`` (zeros).
-
-    Args:
-        d: feature width (the last dimension it normalises).
-        eps: added to the variance.
-        device: where the parameters live.
-        dtype: their dtype.
-
-    Lesson: 04_masks_and_layers.
-    """
-
-    def __init__(
-        self,
-        d: int,
-        eps: float = 1e-5,
-        *,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> None:
-        super().__init__()
-        self.d = check_positive_int("d", d)
-        self.eps = check_positive_float("eps", eps)
-        self.gamma = nn.Parameter(torch.ones(d, device=device, dtype=dtype))
-        self.beta = nn.Parameter(torch.zeros(d, device=device, dtype=dtype))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """See :func:`layer_norm`; ``x`` is ``(..., d)``."""
-        check_last_dim("x", x, self.d, "d of this norm")
-        return layer_norm(x, self.gamma, self.beta, self.eps)
-
-    def extra_repr(self) -> str:
-        return f"d={self.d}, eps={self.eps:g}"
-
-
-class RMSNorm(nn.Module):
-    """Root-mean-square normalisation with gains ``g`` (ones); no recentring, no bias.
-
-    Args:
-        d: feature width (the last dimension it normalises).
-        eps: added to the mean square.
-        device: where the parameters live.
-        dtype: their dtype.
-
-    Lesson: 04_masks_and_layers.
-    """
-
-    def __init__(
-        self,
-        d: int,
-        eps: float = 1e-6,
-        *,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> None:
-        super().__init__()
-        self.d = check_positive_int("d", d)
-        self.eps = check_positive_float("eps", eps)
-        self.g = nn.Parameter(torch.ones(d, device=device, dtype=dtype))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """See :func:`rms_norm`; ``x`` is ``(..., d)``."""
-        check_last_dim("x", x, self.d, "d of this norm")
-        return rms_norm(x, self.g, self.eps)
-
-    def extra_repr(self) -> str:
-        return f"d={self.d}, eps={self.eps:g}"
 
 
 def _make_norm(kind: str, d: int, **kw) -> nn.Module:

@@ -56,6 +56,7 @@ from attnlib.cache import LatentCache
 from attnlib.core import attention
 from attnlib.gqa import GroupedQueryAttention, _head_mask, _init_weight, _rope_positions
 from attnlib.heads import kv_head_index, merge_heads, split_heads
+from attnlib.norms import rms_norm
 from attnlib.rope import apply_rope
 
 __all__ = [
@@ -66,7 +67,6 @@ __all__ = [
     "mla_naive",
 ]
 
-_HALF = (torch.float16, torch.bfloat16)
 _RMS_EPS = 1e-6
 
 
@@ -302,13 +302,6 @@ def mla_merged_weights(
     return {"W_LQK": W_LQK, "W_LO": W_LO}
 
 
-def _rms_norm(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """``g * x / sqrt(mean(x^2) + eps)`` over the last axis (float32 work for half inputs)."""
-    work = torch.float32 if x.dtype in _HALF else x.dtype
-    xw = x.to(work)
-    return (xw * torch.rsqrt(xw.pow(2).mean(dim=-1, keepdim=True) + _RMS_EPS)).to(x.dtype) * g
-
-
 def _optional_positive(name: str, value: object) -> int | None:
     return None if value is None else check_positive_int(name, value)
 
@@ -446,9 +439,9 @@ class MultiHeadLatentAttention(nn.Module):
         L = X @ self.W_L  # (..., N, d_L)
         L_Q = X if self.W_LQ is None else X @ self.W_LQ  # (..., N, d_LQ) or X itself
         if self.latent_norm:
-            L = _rms_norm(L, self.g_L)
+            L = rms_norm(L, self.g_L, _RMS_EPS)
             if self.W_LQ is not None:
-                L_Q = _rms_norm(L_Q, self.g_LQ)
+                L_Q = rms_norm(L_Q, self.g_LQ, _RMS_EPS)
         return L_Q, L
 
     def _rope_parts(

@@ -40,7 +40,7 @@ def test_public_functions_are_type_hinted(name):
 
 
 @pytest.mark.parametrize("module", [
-    "core", "masks", "heads", "rope", "gqa", "mla", "cache", "layers", "memory", "flash",
+    "core", "masks", "heads", "rope", "gqa", "mla", "cache", "norms", "layers", "memory", "flash",
     "device", "tokens",
 ])
 def test_every_module_states_its_concept(module):

@@ -20,16 +20,9 @@ from attnlib_testing import tolerances
 
 import attnlib.layers as layers
 from attnlib.cache import KVCache, LatentCache
-from attnlib.layers import (
-    FeedForward,
-    LayerNorm,
-    RMSNorm,
-    TinyDecoder,
-    TransformerBlock,
-    layer_norm,
-    rms_norm,
-)
+from attnlib.layers import FeedForward, TinyDecoder, TransformerBlock
 from attnlib.masks import key_padding_mask
+from attnlib.norms import LayerNorm, RMSNorm, layer_norm, rms_norm
 
 F64 = torch.float64
 
