@@ -32,7 +32,7 @@ from attnlib._checks import (
 from attnlib.cache import KVCache
 from attnlib.core import attention
 from attnlib.heads import _merge_heads, _split_heads, repeat_kv
-from attnlib.rope import _rotate, rope_cos_sin
+from attnlib.rope import _rope_cos_sin_range, _rotate, rope_cos_sin
 
 __all__ = [
     "GroupedQueryAttention",
@@ -237,9 +237,15 @@ class GroupedQueryAttention(nn.Module):
         V = _split_heads(source @ self.W_V, self.n_kv_heads)  # (..., G, N_KV, d_head)
         if self.rope_base is not None and X_KV is None:
             start = 0 if cache is None else cache.n_tokens
-            pos = _rope_positions(positions, X.shape[-2], start, X.device)
+            rope = {"base": self.rope_base, "dtype": _work(Q.dtype)}
             # One set of angles rotates both the queries and the keys.
-            cos, sin = rope_cos_sin(pos, self.d_head, base=self.rope_base, dtype=_work(Q.dtype))
+            if positions is None:  # consecutive positions: slices of a cached table
+                cos, sin = _rope_cos_sin_range(
+                    start, X.shape[-2], self.d_head, device=X.device, **rope
+                )
+            else:
+                pos = _rope_positions(positions, X.shape[-2], start, X.device)
+                cos, sin = rope_cos_sin(pos, self.d_head, **rope)
             Q = _rotate(Q, cos, sin, self.rope_interleaved)
             K = _rotate(K, cos, sin, self.rope_interleaved)
         if cache is not None:

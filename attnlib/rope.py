@@ -180,6 +180,27 @@ def rope_cos_sin(
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
+def _rope_cos_sin_range(
+    start: int, n: int, d: int, *, base: float, dtype: torch.dtype, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`rope_cos_sin` of positions ``start .. start + n - 1``, sliced from a table.
+
+    Decoding asks for one new position per step; the table (rows for positions
+    ``0 .. 2^k - 1``, ``2^k >= start + n``) is computed once, exactly as
+    :func:`rope_cos_sin` would, and reused.
+    """
+    length = 1 << max(6, (start + n - 1).bit_length())
+    cos, sin = _cos_sin_table(length, d, base, dtype, torch.device(device))
+    return cos[start : start + n], sin[start : start + n]
+
+
+@functools.lru_cache(maxsize=32)
+def _cos_sin_table(
+    length: int, d: int, base: float, dtype: torch.dtype, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return rope_cos_sin(torch.arange(length, device=device), d, base=base, dtype=dtype)
+
+
 def _rotate(
     X: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool
 ) -> torch.Tensor:
