@@ -224,6 +224,12 @@ class GroupedQueryAttention(nn.Module):
         """
         check_tensor("X", X, min_dim=2)
         check_last_dim("X", X, self.d_in, "d_in of this module")
+        if X.dtype != self.W_Q.dtype:
+            raise TypeError(f"X must have the parameters' dtype {self.W_Q.dtype}; got {X.dtype}")
+        if X.device != self.W_Q.device:
+            raise ValueError(
+                f"X must live on the parameters' device {self.W_Q.device}; got {X.device}"
+            )
         if X_KV is not None:
             check_tensor("X_KV", X_KV, min_dim=2)
             check_last_dim("X_KV", X_KV, self.d_in, "d_in of this module")

@@ -89,6 +89,7 @@ CASES = [
      ["rope_base", "> 0", "0.0"]),
     ("gqa-X-width", lambda: attn(torch.randn(2, 5, 12)), ValueError,
      ["X", "last dimension 16", "d_in", "(2, 5, 12)"]),
+    ("gqa-X-dtype", lambda: attn(X.double()), TypeError, ["X", "dtype", "float64"]),
     ("gqa-XKV-width", lambda: attn(X, torch.randn(2, 3, 8)), ValueError,
      ["X_KV", "last dimension 16", "(2, 3, 8)"]),
     ("gqa-cache-type", lambda: attn(X, cache=LatentCache()), TypeError,
