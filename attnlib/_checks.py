@@ -35,6 +35,16 @@ def check_last_dim(name: str, x: torch.Tensor, expected: int, rule: str) -> None
         )
 
 
+def check_like(name: str, x: torch.Tensor, like: torch.Tensor) -> None:
+    """``x`` must share the dtype and device of ``like`` (a module's parameters)."""
+    if x.dtype != like.dtype:
+        raise TypeError(f"{name} must have the parameters' dtype {like.dtype}; got {x.dtype}")
+    if x.device != like.device:
+        raise ValueError(
+            f"{name} must live on the parameters' device {like.device}; got {x.device}"
+        )
+
+
 def check_positive_int(name: str, value: object) -> int:
     """``value`` must be an integer >= 1 (bools are rejected)."""
     if isinstance(value, bool) or not isinstance(value, int):

@@ -25,6 +25,7 @@ from torch import nn
 from attnlib._checks import (
     check_divisible,
     check_last_dim,
+    check_like,
     check_positive_float,
     check_positive_int,
     check_tensor,
@@ -224,12 +225,7 @@ class GroupedQueryAttention(nn.Module):
         """
         check_tensor("X", X, min_dim=2)
         check_last_dim("X", X, self.d_in, "d_in of this module")
-        if X.dtype != self.W_Q.dtype:
-            raise TypeError(f"X must have the parameters' dtype {self.W_Q.dtype}; got {X.dtype}")
-        if X.device != self.W_Q.device:
-            raise ValueError(
-                f"X must live on the parameters' device {self.W_Q.device}; got {X.device}"
-            )
+        check_like("X", X, self.W_Q)
         if X_KV is not None:
             check_tensor("X_KV", X_KV, min_dim=2)
             check_last_dim("X_KV", X_KV, self.d_in, "d_in of this module")

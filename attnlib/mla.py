@@ -47,6 +47,7 @@ from attnlib._checks import (
     check_divisible,
     check_even,
     check_last_dim,
+    check_like,
     check_nonnegative_int,
     check_positive_float,
     check_positive_int,
@@ -487,12 +488,7 @@ class MultiHeadLatentAttention(nn.Module):
         """
         check_tensor("X", X, min_dim=2)
         check_last_dim("X", X, self.d_in, "d_in of this module")
-        if X.dtype != self.W_L.dtype:
-            raise TypeError(f"X must have the parameters' dtype {self.W_L.dtype}; got {X.dtype}")
-        if X.device != self.W_L.device:
-            raise ValueError(
-                f"X must live on the parameters' device {self.W_L.device}; got {X.device}"
-            )
+        check_like("X", X, self.W_L)
         if cache is not None and not isinstance(cache, LatentCache):
             raise TypeError(f"cache must be an attnlib.LatentCache; got {type(cache).__name__}")
         if not isinstance(absorbed, bool):
