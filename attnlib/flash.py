@@ -17,12 +17,12 @@ import math
 
 import torch
 
-from attnlib._checks import check_positive_int
-from attnlib.core import _check_qkv, _resolve_scale
+from attnlib._checks import check_attention_inputs, check_positive_int, entry_point, nested_call
 
 __all__ = ["tiled_attention"]
 
 
+@entry_point
 def tiled_attention(
     Q: torch.Tensor,
     K: torch.Tensor,
@@ -49,13 +49,18 @@ def tiled_attention(
     Equivalent to ``attention(Q, K, V, causal=causal, impl="explicit")`` with peak extra
     memory ``O(N_Q * block_size)`` instead of ``O(N_Q * N_KV)``.
 
+    Example:
+        >>> Q, K, V = torch.randn(5, 4), torch.randn(9, 4), torch.randn(9, 2)
+        >>> torch.allclose(tiled_attention(Q, K, V, block_size=4),
+        ...                torch.softmax(Q @ K.T / 2, dim=-1) @ V, atol=1e-6)
+        True
+
     Lesson: 09_frontier.
     """
-    _check_qkv(Q, K, V)
-    check_positive_int("block_size", block_size)
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool; got {causal!r}")
-    s = _resolve_scale(scale, Q.shape[-1])
+    if not nested_call():
+        check_attention_inputs(Q, K, V, causal=causal, scale=scale)
+        check_positive_int("block_size", block_size)
+    s = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else scale
     n_q, n_kv = Q.shape[-2], K.shape[-2]
     work = torch.float32 if Q.dtype in (torch.float16, torch.bfloat16) else Q.dtype
     Qw = Q.to(work) * s

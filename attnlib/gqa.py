@@ -17,23 +17,25 @@ Queries are never shared.
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
 from attnlib._checks import (
+    check_attention_inputs,
+    check_bool,
     check_divisible,
-    check_last_dim,
-    check_like,
+    check_module_inputs,
     check_positive_float,
     check_positive_int,
     check_tensor,
+    entry_point,
+    nested_call,
 )
+from attnlib._params import init_weight
 from attnlib.cache import KVCache
 from attnlib.core import attention
-from attnlib.heads import _merge_heads, _split_heads, repeat_kv
-from attnlib.rope import _rope_cos_sin_range, _rotate, rope_cos_sin
+from attnlib.heads import head_mask, merge_heads, repeat_kv, split_heads
+from attnlib.rope import rope_cos_sin, rope_positions, rope_rotate
 
 __all__ = [
     "GroupedQueryAttention",
@@ -43,6 +45,7 @@ __all__ = [
 ]
 
 
+@entry_point
 def grouped_query_attention(
     Q: torch.Tensor,
     K: torch.Tensor,
@@ -69,65 +72,19 @@ def grouped_query_attention(
 
     Equivalent to ``F.scaled_dot_product_attention(Q, K, V, enable_gqa=True)``.
 
+    Example:
+        >>> Q, K = torch.randn(1, 4, 3, 8), torch.randn(1, 2, 5, 8)
+        >>> grouped_query_attention(Q, K, K, causal=True).shape
+        torch.Size([1, 4, 3, 8])
+
     Lesson: 06_gqa.
     """
-    check_tensor("Q", Q, min_dim=3)
-    check_tensor("K", K, min_dim=3)
-    check_tensor("V", V, min_dim=3)
-    h, g = Q.shape[-3], K.shape[-3]
-    if V.shape[-3] != g:
-        raise ValueError(
-            "K and V must have the same number of KV heads G in dimension -3; "
-            f"got K {tuple(K.shape)} and V {tuple(V.shape)}"
-        )
-    check_divisible("the number of query heads Q.shape[-3]", h, "the number of KV heads G", g)
+    _check_grouped_inputs(Q, K, V, mask, causal, scale, impl)
+    H = Q.shape[-3]
     # Expanding K and V to H heads is the clearest statement of the group map; the
     # saving GQA buys is in what the cache holds (G heads), not in this arithmetic.
-    return attention(
-        Q, repeat_kv(K, h), repeat_kv(V, h), mask=mask, causal=causal, scale=scale, impl=impl
-    )
-
-
-def _work(dtype: torch.dtype) -> torch.dtype:
-    """The dtype rotations are computed in: float32 for half-precision tensors."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-
-
-def _init_weight(shape: tuple[int, int], device, dtype) -> nn.Parameter:
-    """Uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)) like ``nn.Linear``, stored as ``(in, out)``."""
-    bound = 1.0 / math.sqrt(shape[0])
-    W = torch.empty(shape, device=device, dtype=dtype)
-    return nn.Parameter(nn.init.uniform_(W, -bound, bound))
-
-
-def _head_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
-    """Insert the head axis: a mask given as ``(..., N_Q, N_KV)`` applies to every head."""
-    if mask is None:
-        return None
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"mask must be a bool torch.Tensor; got {type(mask).__name__}")
-    if mask.dim() < 2:
-        raise ValueError(
-            "mask must have shape (..., N_Q, N_KV) (at least 2 dimensions); "
-            f"got {tuple(mask.shape)}"
-        )
-    return mask.unsqueeze(-3)
-
-
-def _rope_positions(
-    positions: torch.Tensor | None, n: int, start: int, device: torch.device
-) -> torch.Tensor:
-    """Positions as ``(N,)`` or ``(B, 1, N)`` for per-head tensors; default from ``start``."""
-    if positions is None:
-        return torch.arange(start, start + n, device=device)
-    if not isinstance(positions, torch.Tensor):
-        positions = torch.as_tensor(positions, device=device)
-    if positions.shape[-1:] != (n,) or positions.dim() > 2:
-        raise ValueError(
-            f"positions must have shape (N,) or (B, N) with N = {n} tokens; "
-            f"got {tuple(positions.shape)}"
-        )
-    return positions if positions.dim() == 1 else positions[:, None, :]
+    K, V = repeat_kv(K, H), repeat_kv(V, H)  # (..., H, N_KV, d): head h reads group h // s
+    return attention(Q, K, V, mask=mask, causal=causal, scale=scale, impl=impl)
 
 
 class GroupedQueryAttention(nn.Module):
@@ -169,31 +126,22 @@ class GroupedQueryAttention(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        self.d_in = check_positive_int("d_in", d_in)
-        self.n_heads = check_positive_int("n_heads", n_heads)
-        self.n_kv_heads = check_positive_int("n_kv_heads", n_kv_heads)
-        self.d_head = check_positive_int("d_head", d_head)
-        self.d_out = d_in if d_out is None else check_positive_int("d_out", d_out)
-        check_divisible("n_heads", n_heads, "n_kv_heads", n_kv_heads)
-        if rope_base is not None:
-            check_positive_float("rope_base", rope_base)
-            if d_head % 2:
-                raise ValueError(
-                    f"d_head must be even when rope_base is set (RoPE rotates pairs); got {d_head}"
-                )
-        self.rope_base = rope_base
-        self.rope_interleaved = rope_interleaved
+        _check_config(d_in, n_heads, n_kv_heads, d_head, d_out, rope_base, rope_interleaved)
+        self.d_in, self.n_heads, self.n_kv_heads, self.d_head = d_in, n_heads, n_kv_heads, d_head
+        self.d_out = d_in if d_out is None else d_out
+        self.rope_base, self.rope_interleaved = rope_base, rope_interleaved
         kw = {"device": device, "dtype": dtype}
-        self.W_Q = _init_weight((d_in, n_heads * d_head), **kw)
-        self.W_K = _init_weight((d_in, n_kv_heads * d_head), **kw)
-        self.W_V = _init_weight((d_in, n_kv_heads * d_head), **kw)
-        self.W_O = _init_weight((n_heads * d_head, self.d_out), **kw)
+        self.W_Q = init_weight(d_in, n_heads * d_head, **kw)
+        self.W_K = init_weight(d_in, n_kv_heads * d_head, **kw)
+        self.W_V = init_weight(d_in, n_kv_heads * d_head, **kw)
+        self.W_O = init_weight(n_heads * d_head, self.d_out, **kw)
 
     @property
     def group_size(self) -> int:
         """``s = H // G``: how many query heads read each KV head."""
         return self.n_heads // self.n_kv_heads
 
+    @entry_point
     def forward(
         self,
         X: torch.Tensor,
@@ -223,37 +171,30 @@ class GroupedQueryAttention(nn.Module):
         Returns:
             ``(..., N_Q, d_out)``.
         """
-        check_tensor("X", X, min_dim=2)
-        check_last_dim("X", X, self.d_in, "d_in of this module")
-        check_like("X", X, self.W_Q)
-        if X_KV is not None:
-            check_tensor("X_KV", X_KV, min_dim=2)
-            check_last_dim("X_KV", X_KV, self.d_in, "d_in of this module")
-            if cache is not None:
-                raise ValueError("cache must be None for cross-attention (X_KV given)")
-        if cache is not None and not isinstance(cache, KVCache):
-            raise TypeError(f"cache must be an attnlib.KVCache; got {type(cache).__name__}")
-        source = X if X_KV is None else X_KV
-        Q = _split_heads(X @ self.W_Q, self.n_heads)  # (..., H, N_Q, d_head)
-        K = _split_heads(source @ self.W_K, self.n_kv_heads)  # (..., G, N_KV, d_head)
-        V = _split_heads(source @ self.W_V, self.n_kv_heads)  # (..., G, N_KV, d_head)
-        if self.rope_base is not None and X_KV is None:
-            start = 0 if cache is None else cache.n_tokens
-            rope = {"base": self.rope_base, "dtype": _work(Q.dtype)}
-            # One set of angles rotates both the queries and the keys.
-            if positions is None:  # consecutive positions: slices of a cached table
-                cos, sin = _rope_cos_sin_range(
-                    start, X.shape[-2], self.d_head, device=X.device, **rope
-                )
-            else:
-                pos = _rope_positions(positions, X.shape[-2], start, X.device)
-                cos, sin = rope_cos_sin(pos, self.d_head, **rope)
-            Q = _rotate(Q, cos, sin, self.rope_interleaved)
-            K = _rotate(K, cos, sin, self.rope_interleaved)
+        check_module_inputs(
+            X, d_in=self.d_in, like=self.W_Q, X_KV=X_KV, causal=causal, mask=mask,
+            positions=positions, cache=cache, cache_type=KVCache, impl=impl,
+        )
+        source = X if X_KV is None else X_KV  # the tokens that answer
+        Q = split_heads(X @ self.W_Q, self.n_heads)  # (..., H, N_Q, d_head)
+        K = split_heads(source @ self.W_K, self.n_kv_heads)  # (..., G, N_KV, d_head)
+        V = split_heads(source @ self.W_V, self.n_kv_heads)  # (..., G, N_KV, d_head)
+        if self.rope_base is not None and X_KV is None:  # RoPE: self-attention only
+            Q, K = self._rope(Q, K, positions, start=0 if cache is None else cache.n_tokens)
         if cache is not None:
             K, V = cache.update(K, V)  # every token so far, keys already rotated
-        Y = grouped_query_attention(Q, K, V, mask=_head_mask(mask), causal=causal, impl=impl)
-        return _merge_heads(Y) @ self.W_O  # (..., N_Q, d_out)
+        Y = grouped_query_attention(Q, K, V, mask=head_mask(mask), causal=causal, impl=impl)
+        return merge_heads(Y) @ self.W_O  # (..., N_Q, H d_head) @ (H d_head, d_out)
+
+    def _rope(
+        self, Q: torch.Tensor, K: torch.Tensor, positions: torch.Tensor | None, start: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotate the queries and keys of the new tokens with one set of angles."""
+        pos = rope_positions(positions, Q.shape[-2], start=start, device=Q.device)
+        work = torch.float32 if Q.dtype in (torch.float16, torch.bfloat16) else Q.dtype
+        cos, sin = rope_cos_sin(pos, self.d_head, base=self.rope_base, dtype=work)
+        rotate = {"interleaved": self.rope_interleaved}
+        return rope_rotate(Q, cos, sin, **rotate), rope_rotate(K, cos, sin, **rotate)
 
     def extra_repr(self) -> str:
         rope = "" if self.rope_base is None else f", rope_base={self.rope_base:g}"
@@ -289,3 +230,36 @@ class MultiQueryAttention(GroupedQueryAttention):
         self, d_in: int, n_heads: int, d_head: int, d_out: int | None = None, **kw
     ) -> None:
         super().__init__(d_in, n_heads, 1, d_head, d_out, **kw)
+
+
+def _check_grouped_inputs(Q, K, V, mask, causal, scale, impl) -> None:
+    if nested_call():
+        return
+    for name, T in (("Q", Q), ("K", K), ("V", V)):
+        check_tensor(name, T, min_dim=3)
+    if V.shape[-3] != K.shape[-3]:
+        raise ValueError(
+            "K and V must have the same number of KV heads G in dimension -3; "
+            f"got K {tuple(K.shape)} and V {tuple(V.shape)}"
+        )
+    h, g = Q.shape[-3], check_positive_int("the number of KV heads K.shape[-3]", K.shape[-3])
+    check_divisible("the number of query heads Q.shape[-3]", h, "the number of KV heads G", g)
+    # One KV head stands in for the G: the check needs shapes, dtypes and devices only.
+    K_1, V_1 = K.narrow(-3, 0, 1), V.narrow(-3, 0, 1)  # (..., 1, N_KV, d), views
+    check_attention_inputs(Q, K_1, V_1, mask=mask, causal=causal, scale=scale, impl=impl)
+
+
+def _check_config(d_in, n_heads, n_kv_heads, d_head, d_out, rope_base, rope_interleaved) -> None:
+    for name, value in (("d_in", d_in), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads),
+                        ("d_head", d_head)):
+        check_positive_int(name, value)
+    if d_out is not None:
+        check_positive_int("d_out", d_out)
+    check_divisible("n_heads", n_heads, "n_kv_heads", n_kv_heads)
+    check_bool("rope_interleaved", rope_interleaved)
+    if rope_base is not None:
+        check_positive_float("rope_base", rope_base)
+        if d_head % 2:
+            raise ValueError(
+                f"d_head must be even when rope_base is set (RoPE rotates pairs); got {d_head}"
+            )

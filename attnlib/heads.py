@@ -14,11 +14,18 @@ from __future__ import annotations
 
 import torch
 
-from attnlib._checks import check_divisible, check_positive_int, check_tensor
+from attnlib._checks import (
+    check_divisible,
+    check_positive_int,
+    check_tensor,
+    entry_point,
+    nested_call,
+)
 
-__all__ = ["kv_head_index", "merge_heads", "repeat_kv", "split_heads"]
+__all__ = ["head_mask", "kv_head_index", "merge_heads", "repeat_kv", "split_heads"]
 
 
+@entry_point
 def split_heads(X: torch.Tensor, n_heads: int) -> torch.Tensor:
     """Reshape ``(..., N, H * d_head)`` into ``(..., H, N, d_head)``.
 
@@ -38,18 +45,12 @@ def split_heads(X: torch.Tensor, n_heads: int) -> torch.Tensor:
 
     Lesson: 03_multi_head_attention.
     """
-    check_tensor("X", X, min_dim=2, floating=False)
-    check_positive_int("n_heads", n_heads)
-    check_divisible("X.shape[-1]", X.shape[-1], "n_heads", n_heads)
-    return _split_heads(X, n_heads)
-
-
-def _split_heads(X: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """:func:`split_heads` without the checks, for callers that validated already."""
+    _check_split(X, n_heads)
     *batch, n, width = X.shape
-    return X.reshape(*batch, n, n_heads, width // n_heads).transpose(-3, -2)
+    return X.reshape(*batch, n, n_heads, width // n_heads).transpose(-3, -2)  # (..., H, N, d)
 
 
+@entry_point
 def merge_heads(Y: torch.Tensor) -> torch.Tensor:
     """Reshape ``(..., H, N, d_head)`` into ``(..., N, H * d_head)``: ``concat_col(Y_h)``.
 
@@ -63,14 +64,10 @@ def merge_heads(Y: torch.Tensor) -> torch.Tensor:
 
     Lesson: 03_multi_head_attention.
     """
-    check_tensor("Y", Y, min_dim=3, floating=False)
-    return _merge_heads(Y)
-
-
-def _merge_heads(Y: torch.Tensor) -> torch.Tensor:
-    """:func:`merge_heads` without the checks, for callers that validated already."""
+    if not nested_call():
+        check_tensor("Y", Y, min_dim=3, floating=False)
     *batch, h, n, d = Y.shape
-    return Y.transpose(-3, -2).reshape(*batch, n, h * d)
+    return Y.transpose(-3, -2).reshape(*batch, n, h * d)  # (..., N, H * d_head)
 
 
 def kv_head_index(
@@ -98,6 +95,7 @@ def kv_head_index(
     return torch.arange(n_heads, device=device) // (n_heads // n_kv_heads)
 
 
+@entry_point
 def repeat_kv(KV: torch.Tensor, n_heads: int) -> torch.Tensor:
     """Give each query head its group's keys (or values): ``(..., G, N, d) -> (..., H, N, d)``.
 
@@ -113,12 +111,44 @@ def repeat_kv(KV: torch.Tensor, n_heads: int) -> torch.Tensor:
 
     Lesson: 06_gqa.
     """
-    check_tensor("KV", KV, min_dim=3, floating=False)
-    check_positive_int("n_heads", n_heads)
+    _check_repeat(KV, n_heads)
     g = KV.shape[-3]
-    check_divisible("n_heads", n_heads, "the number of KV heads KV.shape[-3]", g)
     if g == n_heads:
         return KV
     *batch, _, n, d = KV.shape
     s = n_heads // g
     return KV.unsqueeze(-3).expand(*batch, g, s, n, d).reshape(*batch, n_heads, n, d)
+
+
+@entry_point
+def head_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """One mask for every head: ``(..., N_Q, N_KV) -> (..., 1, N_Q, N_KV)``; None stays None.
+
+    Attention modules take a mask without a head axis (a padding or causal pattern is the
+    same for every head) and insert it before the per-head logits ``(..., H, N_Q, N_KV)``.
+
+    Example:
+        >>> head_mask(torch.ones(2, 3, 4, dtype=torch.bool)).shape
+        torch.Size([2, 1, 3, 4])
+
+    Lesson: 04_masks_and_layers.
+    """
+    if mask is not None and not nested_call():
+        check_tensor("mask", mask, min_dim=2, floating=False)
+    return None if mask is None else mask.unsqueeze(-3)
+
+
+def _check_split(X: object, n_heads: object) -> None:
+    if nested_call():
+        return
+    check_tensor("X", X, min_dim=2, floating=False)
+    check_positive_int("n_heads", n_heads)
+    check_divisible("X.shape[-1]", X.shape[-1], "n_heads", n_heads)
+
+
+def _check_repeat(KV: object, n_heads: object) -> None:
+    if nested_call():
+        return
+    check_tensor("KV", KV, min_dim=3, floating=False)
+    check_positive_int("n_heads", n_heads)
+    check_divisible("n_heads", n_heads, "the number of KV heads KV.shape[-3]", KV.shape[-3])

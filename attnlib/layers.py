@@ -28,15 +28,20 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnlib._checks import (
+    check_bool,
     check_choice,
     check_divisible,
     check_last_dim,
+    check_module_inputs,
     check_nonnegative_int,
     check_positive_int,
     check_tensor,
+    entry_point,
+    nested_call,
 )
+from attnlib._params import init_weight
 from attnlib.cache import KVCache, LatentCache
-from attnlib.gqa import GroupedQueryAttention, _init_weight
+from attnlib.gqa import GroupedQueryAttention
 from attnlib.mla import MultiHeadLatentAttention
 from attnlib.norms import LayerNorm, RMSNorm
 
@@ -61,7 +66,7 @@ FFN_KINDS = ("swiglu", "gelu", "relu")
 """The feed-forward networks of :class:`FeedForward`."""
 
 ATTENTION_KINDS = ("gqa", "mla")
-
+"""The attention sublayers of :class:`TransformerBlock`."""
 
 
 def _make_norm(kind: str, d: int, **kw) -> nn.Module:
@@ -78,6 +83,7 @@ _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
+@entry_point
 def feed_forward(
     x: torch.Tensor,
     W_1: torch.Tensor,
@@ -108,8 +114,10 @@ def feed_forward(
 
     Lesson: 04_masks_and_layers.
     """
-    check_tensor("x", x)
-    f = _ACTIVATIONS[check_choice("activation", activation, list(_ACTIVATIONS))]
+    if not nested_call():
+        check_tensor("x", x)
+        check_choice("activation", activation, list(_ACTIVATIONS))
+    f = _ACTIVATIONS[activation]
     H = x @ W_1  # (..., N, d_ff)
     if b_1 is not None:
         H = H + b_1
@@ -117,6 +125,7 @@ def feed_forward(
     return y if b_2 is None else y + b_2
 
 
+@entry_point
 def swiglu(
     x: torch.Tensor,
     W_gate: torch.Tensor,
@@ -149,7 +158,8 @@ def swiglu(
 
     Lesson: 04_masks_and_layers.
     """
-    check_tensor("x", x)
+    if not nested_call():
+        check_tensor("x", x)
     gate = x @ W_gate  # (..., N, d_ff)
     up = x @ W_up  # (..., N, d_ff)
     if b_gate is not None:
@@ -196,29 +206,27 @@ class FeedForward(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        self.d = check_positive_int("d", d)
-        self.d_ff = check_positive_int("d_ff", d_ff)
-        self.kind = check_choice("kind", kind, FFN_KINDS)
-        if not isinstance(bias, bool):
-            raise TypeError(f"bias must be a bool; got {bias!r}")
+        self.d, self.d_ff = check_positive_int("d", d), check_positive_int("d_ff", d_ff)
+        self.kind, self.bias = check_choice("kind", kind, FFN_KINDS), check_bool("bias", bias)
         kw = {"device": device, "dtype": dtype}
         if kind == "swiglu":
-            self.W_gate = _init_weight((d, d_ff), **kw)
-            self.W_up = _init_weight((d, d_ff), **kw)
-            self.W_down = _init_weight((d_ff, d), **kw)
+            self.W_gate = init_weight(d, d_ff, **kw)
+            self.W_up = init_weight(d, d_ff, **kw)
+            self.W_down = init_weight(d_ff, d, **kw)
             names = {"b_gate": d_ff, "b_up": d_ff, "b_down": d}
         else:
-            self.W_1 = _init_weight((d, d_ff), **kw)
-            self.W_2 = _init_weight((d_ff, d), **kw)
+            self.W_1 = init_weight(d, d_ff, **kw)
+            self.W_2 = init_weight(d_ff, d, **kw)
             names = {"b_1": d_ff, "b_2": d}
         for name, width in names.items():
             b = nn.Parameter(torch.zeros(width, **kw)) if bias else None
             self.register_parameter(name, b)
 
+    @entry_point
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(..., N, d) -> (..., N, d)``; see :func:`feed_forward` and :func:`swiglu`."""
-        check_tensor("x", x, min_dim=1)
-        check_last_dim("x", x, self.d, "d of this feed-forward network")
+        if not nested_call():
+            check_last_dim("x", check_tensor("x", x), self.d, "d of this feed-forward network")
         if self.kind == "swiglu":
             return swiglu(
                 x, self.W_gate, self.W_up, self.W_down,
@@ -361,6 +369,7 @@ class TransformerBlock(nn.Module):
             self.cross_out_norm = _make_norm(norm_kind, d_model, **kw) if cross_attention else None
             self.ffn_out_norm = _make_norm(norm_kind, d_model, **kw)
 
+    @entry_point
     def forward(
         self,
         x: torch.Tensor,
@@ -390,9 +399,7 @@ class TransformerBlock(nn.Module):
         Returns:
             ``(..., N, d_model)``.
         """
-        check_tensor("x", x, min_dim=2)
-        check_last_dim("x", x, self.d_model, "d_model of this block")
-        self._check_memory(memory, memory_mask)
+        self._check_inputs(x, causal, mask, memory, memory_mask, positions, cache)
 
         def attn(h: torch.Tensor) -> torch.Tensor:
             return self.attn(h, causal=causal, mask=mask, positions=positions, cache=cache)
@@ -417,7 +424,16 @@ class TransformerBlock(nn.Module):
             x = x + self.ffn_out_norm(self.ffn(self.ffn_norm(x)))
         return x  # (..., N, d_model)
 
-    def _check_memory(self, memory: torch.Tensor | None, memory_mask: torch.Tensor | None) -> None:
+    def _check_inputs(self, x, causal, mask, memory, memory_mask, positions, cache) -> None:
+        """The block's arguments, including what its attention sublayers will receive."""
+        if nested_call():
+            return
+        check_last_dim("x", check_tensor("x", x, min_dim=2), self.d_model, "d_model of this block")
+        cache_type = KVCache if self.attention == "gqa" else LatentCache
+        check_module_inputs(
+            x, d_in=self.d_model, like=self.attn.W_O, causal=causal, mask=mask,
+            positions=positions, cache=cache, cache_type=cache_type,
+        )
         if self.cross_attn is None:
             if memory is not None or memory_mask is not None:
                 raise ValueError(
@@ -429,6 +445,9 @@ class TransformerBlock(nn.Module):
                 "memory must be given: this block has a cross-attention sublayer "
                 "(cross_attention=True); got None"
             )
+        if self.cross_attn is not None:
+            check_module_inputs(x, d_in=self.d_model, like=self.cross_attn.W_Q, X_KV=memory,
+                                mask=memory_mask)
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, norm={self.norm!r}, norm_kind={self.norm_kind!r}"
@@ -458,8 +477,11 @@ def _seeded(seed: int | None, device: torch.device | str | None) -> Iterator[Non
 class TinyDecoder(nn.Module):
     """A decoder-only language model: ``logits = Norm(Blocks(E[ids])) E^T``.
 
-    Token embedding ``E`` (``vocab_size x d_model``, drawn from ``N(0, 1)`` like
-    ``nn.Embedding``), ``n_layers`` causal :class:`TransformerBlock` s, a final norm,
+    Token embedding ``E`` (``vocab_size x d_model``, drawn from ``N(0, 0.02^2)``, that is
+    standard deviation 0.02 as in GPT-2, not ``nn.Embedding``'s ``N(0, 1)``: with tied
+    weights ``E^T`` is also the output head, and unit-variance rows would give logits of
+    size ``sqrt(d_model)`` at initialisation), ``n_layers`` causal
+    :class:`TransformerBlock` s, a final norm,
     and an output head: ``E^T`` itself when ``tie_weights=True`` (GPT-2's weight tying),
     otherwise a separate ``W_out (d_model, vocab_size)``. With ``norm="post"`` the last
     block already ends in a norm, so there is no final norm; with ``norm="peri"`` the
@@ -547,7 +569,7 @@ class TinyDecoder(nn.Module):
             self.blocks = nn.ModuleList(
                 TransformerBlock(d_model, n_heads, **block_kw, **kw) for _ in range(n_layers)
             )
-            self.W_out = None if tie_weights else _init_weight((d_model, vocab_size), **kw)
+            self.W_out = None if tie_weights else init_weight(d_model, vocab_size, **kw)
         self.emb_norm = _make_norm(norm_kind, d_model, **kw) if norm == "peri" else nn.Identity()
         self.final_norm = nn.Identity() if norm == "post" else _make_norm(norm_kind, d_model, **kw)
 
@@ -561,6 +583,7 @@ class TinyDecoder(nn.Module):
         kind = KVCache if self.attention == "gqa" else LatentCache
         return [kind() for _ in range(self.n_layers)]
 
+    @entry_point
     def forward(
         self, ids: torch.Tensor, *, caches: Sequence[KVCache | LatentCache] | None = None
     ) -> torch.Tensor:
@@ -577,9 +600,7 @@ class TinyDecoder(nn.Module):
         Equivalent to one causal call over the whole sequence when the tokens are fed
         through the same ``caches`` in pieces.
         """
-        self._check_ids(ids)
-        if caches is not None:
-            self._check_caches(caches)
+        self._check_inputs(ids, caches)
         x = self.emb_norm(self.E[ids])  # (..., N, d_model)
         for i, block in enumerate(self.blocks):
             x = block(x, causal=True, cache=None if caches is None else caches[i])
@@ -587,6 +608,7 @@ class TinyDecoder(nn.Module):
         return h @ self.output_weights()  # (..., N, vocab_size)
 
     @torch.no_grad()
+    @entry_point
     def generate(
         self, ids: torch.Tensor, max_new_tokens: int, *, use_cache: bool = True
     ) -> torch.Tensor:
@@ -605,10 +627,7 @@ class TinyDecoder(nn.Module):
         Returns:
             ``(..., N + max_new_tokens)`` the prompt followed by the generated ids.
         """
-        self._check_ids(ids)
-        check_nonnegative_int("max_new_tokens", max_new_tokens)
-        if not isinstance(use_cache, bool):
-            raise TypeError(f"use_cache must be a bool; got {use_cache!r}")
+        self._check_inputs(ids, None, max_new_tokens=max_new_tokens, use_cache=use_cache)
         caches = self.new_caches() if use_cache else None
         out, step = ids, ids
         for _ in range(max_new_tokens):
@@ -618,7 +637,15 @@ class TinyDecoder(nn.Module):
             step = next_id if use_cache else out  # with a cache, feed only the new token
         return out
 
-    def _check_ids(self, ids: object) -> None:
+    def _check_inputs(self, ids: object, caches: object, **generate_args: object) -> None:
+        """Token ids in ``[0, vocab_size)`` on the model's device; caches; generate's options."""
+        if nested_call():
+            return
+        if "max_new_tokens" in generate_args:
+            check_nonnegative_int("max_new_tokens", generate_args["max_new_tokens"])
+            check_bool("use_cache", generate_args["use_cache"])
+        if caches is not None:
+            self._check_caches(caches)
         if not isinstance(ids, torch.Tensor):
             raise TypeError(f"ids must be a torch.Tensor of token ids; got {type(ids).__name__}")
         if ids.dtype == torch.bool or ids.is_floating_point() or ids.is_complex():

@@ -19,6 +19,12 @@ from attnlib._checks import check_positive_int, check_tensor
 __all__ = ["causal_mask", "key_padding_mask", "sliding_window_mask"]
 
 
+def _sizes(n_q: object, n_kv: object) -> tuple[int, int]:
+    """``(N_Q, N_KV)`` checked, with ``n_kv=None`` meaning ``n_q``."""
+    n_q = check_positive_int("n_q", n_q)
+    return n_q, (n_q if n_kv is None else check_positive_int("n_kv", n_kv))
+
+
 def _offsets(n_q: int, n_kv: int, device: torch.device | str | None) -> torch.Tensor:
     """``j - pos(i)`` for every (query, key) pair, with queries at the last positions."""
     pos_q = torch.arange(n_kv - n_q, n_kv, device=device)  # absolute position of query i
@@ -56,9 +62,8 @@ def causal_mask(
 
     Lesson: 04_masks_and_layers.
     """
-    check_positive_int("n_q", n_q)
-    n_kv = n_q if n_kv is None else check_positive_int("n_kv", n_kv)
-    return _offsets(n_q, n_kv, device) <= 0
+    n_q, n_kv = _sizes(n_q, n_kv)
+    return _offsets(n_q, n_kv, device) <= 0  # key j at or before the query's position
 
 
 def sliding_window_mask(
@@ -91,9 +96,7 @@ def sliding_window_mask(
 
     Lesson: 04_masks_and_layers.
     """
-    check_positive_int("n_q", n_q)
-    n_kv = n_q if n_kv is None else check_positive_int("n_kv", n_kv)
-    check_positive_int("window", window)
+    (n_q, n_kv), window = _sizes(n_q, n_kv), check_positive_int("window", window)
     offset = _offsets(n_q, n_kv, device)
     return (offset <= 0) & (offset > -window)
 
@@ -123,7 +126,14 @@ def key_padding_mask(
 
     Lesson: 04_masks_and_layers.
     """
-    check_positive_int("n_kv", n_kv)
+    lengths = _lengths(lengths, check_positive_int("n_kv", n_kv))
+    device = lengths.device if device is None else device
+    keys = torch.arange(n_kv, device=device)  # (N_KV,)
+    return (keys[None, :] < lengths.to(device)[:, None])[:, None, :]  # (B, 1, N_KV)
+
+
+def _lengths(lengths: object, n_kv: int) -> torch.Tensor:
+    """``lengths`` as a 1-D integer tensor with entries in ``[0, n_kv]``."""
     if not isinstance(lengths, torch.Tensor):
         lengths = torch.as_tensor(lengths)
     check_tensor("lengths", lengths, min_dim=1, floating=False)
@@ -132,9 +142,5 @@ def key_padding_mask(
     if lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
         raise TypeError(f"lengths must hold integers; got dtype {lengths.dtype}")
     if (lengths < 0).any() or (lengths > n_kv).any():
-        raise ValueError(
-            f"lengths must lie in [0, n_kv={n_kv}]; got {lengths.tolist()}"
-        )
-    device = lengths.device if device is None else device
-    keys = torch.arange(n_kv, device=device)
-    return (keys[None, :] < lengths.to(device)[:, None])[:, None, :]
+        raise ValueError(f"lengths must lie in [0, n_kv={n_kv}]; got {lengths.tolist()}")
+    return lengths

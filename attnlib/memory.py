@@ -85,12 +85,8 @@ def kv_cache_bytes(
 
     Lesson: 05_kv_cache (the formula), 06_gqa (what ``G`` saves).
     """
-    check_positive_int("n_layers", n_layers)
-    check_positive_int("n_kv_heads", n_kv_heads)
-    check_positive_int("d_head", d_head)
-    check_nonnegative_int("n_tokens", n_tokens)
-    check_positive_int("batch", batch)
-    check_positive_int("bytes_per_elem", bytes_per_elem)
+    _check_counts(n_layers=n_layers, n_kv_heads=n_kv_heads, d_head=d_head, batch=batch,
+                  bytes_per_elem=bytes_per_elem, n_tokens=n_tokens)
     return 2 * n_layers * n_kv_heads * d_head * n_tokens * batch * bytes_per_elem
 
 
@@ -130,12 +126,8 @@ def mla_cache_bytes(
 
     Lesson: 07_mla.
     """
-    check_positive_int("n_layers", n_layers)
-    check_positive_int("d_latent", d_latent)
-    check_nonnegative_int("d_rope", d_rope)
-    check_nonnegative_int("n_tokens", n_tokens)
-    check_positive_int("batch", batch)
-    check_positive_int("bytes_per_elem", bytes_per_elem)
+    _check_counts(n_layers=n_layers, d_latent=d_latent, batch=batch,
+                  bytes_per_elem=bytes_per_elem, n_tokens=n_tokens, d_rope=d_rope)
     return n_layers * (d_latent + d_rope) * n_tokens * batch * bytes_per_elem
 
 
@@ -363,8 +355,7 @@ class ModelSpec:
 
         Lesson: 05_kv_cache.
         """
-        check_nonnegative_int("n_tokens", n_tokens)
-        check_positive_int("batch", batch)
+        _check_counts(batch=batch, n_tokens=n_tokens)
         return self.kv_bytes_per_token(bytes_per_elem) * n_tokens * batch
 
     def cache_table(self, bytes_per_elem: int = 2) -> dict[str, int]:
@@ -401,8 +392,9 @@ LLAMA3_70B = ModelSpec(
         "config.json of meta-llama/Meta-Llama-3-70B"
     ),
     notes=(
-        "GQA with 8 query heads per KV head; RoPE base 500,000. The paper rounds the "
-        "vocabulary to 128K; vocab_size is the config's 128,256."
+        "GQA with 8 query heads per KV head; RoPE base 500,000. The vocabulary is "
+        "128,256 = 128,000 BPE tokens + 256 reserved special tokens; the paper's "
+        "'128K' counts the BPE tokens."
     ),
 )
 
@@ -538,3 +530,12 @@ PRESETS: dict[str, ModelSpec] = {
     )
 }
 """Every preset, keyed by its display name (``spec.name``)."""
+
+
+def _check_counts(**counts: object) -> None:
+    """Every count must be a positive int, except ``n_tokens`` and ``d_rope`` (may be 0)."""
+    for name, value in counts.items():
+        if name in ("n_tokens", "d_rope"):
+            check_nonnegative_int(name, value)
+        else:
+            check_positive_int(name, value)

@@ -13,21 +13,34 @@ is cached: ``d_L`` numbers per token and layer instead of ``2 * H * d_head``. Wi
 positions in the logits this is exactly multi-head attention with low-rank ``W_K``,
 ``W_V`` (and ``W_Q``); the rank limit ``rank(W_K) <= d_L`` is the only approximation.
 
-**Weight absorption.** The per-head factors that meet inside the logits and after the
-average merge into two matrices, so ``K_h`` and ``V_h`` never need to exist::
+**Weight absorption.** Matrix products associate, so ``K_h`` and ``V_h`` never need to
+exist::
 
-    Q_h K_h^T = L_Q W_LQQ^h (W_LK^h)^T L^T = L_Q W_LQK^h L^T,
-    W_LQK^h = W_LQQ^h (W_LK^h)^T                       (d_LQ x d_L),
-    Y = concat_col(Z_h^-1 A_h L) W_LO,
-    W_LO = blockdiag(W_LV^1, ..., W_LV^H) W_O          (H d_L x d_out).
+    Q_h K_h^T = (Q_h (W_LK^h)^T) L^T,          the query moved into latent coordinates,
+    A_h V_h   = (A_h L) W_LV^h,                the average taken over latent rows.
+
+The paper writes the merged matrices ``W_LQK^h = W_LQQ^h (W_LK^h)^T`` and
+``W_LO = blockdiag(W_LV^1, ..., W_LV^H) W_O`` (:func:`mla_merged_weights`); attnlib's
+absorbed path instead multiplies the factors in the absorbed order at run time, as
+DeepSeek's inference code does (:func:`mla_absorbed`). At DeepSeek-V2's sizes
+(``d_in = 5120``, ``H = 128``, ``d_head = d_v = 128``, ``d_L = 512``, ``d_LQ = 1536``)
+the merged matrices hold ``W_LQK``: 128 x 1536 x 512 = 100,663,296 and ``W_LO``:
+65,536 x 5,120 = 335,544,320 numbers per layer, 436,207,616 in all, against
+125,829,120 for the four factors they replace (``W_LQQ`` 25,165,824, ``W_LK`` and
+``W_LV`` 8,388,608 each, ``W_O`` 83,886,080; ``W_LV`` and ``W_O`` alone 92,274,688).
+Keeping them would add about 0.87 GB per layer in 16-bit (52 GB over 60 layers), and
+each query token would need 436M multiply-adds through them instead of 126M through the
+factors. Run-time absorption costs no memory, cannot go stale when a weight changes,
+and is the cheaper order here; merging pays only when ``d_LQ`` and ``d_out`` are small
+next to ``H d_head``.
 
 Read this way, absorbed MLA is multi-query attention whose single key and value head is
 the latent ``L`` itself.
 
 **Decoupled RoPE.** A rotation ``R_j`` between ``W_LQQ^h`` and ``(W_LK^h)^T`` would block
-the merge (``L_Q W_LQQ^h R_i^T R_j (W_LK^h)^T L^T`` depends on the positions), so the
-latent stays unrotated and a small extra part of width ``d_R`` carries the position: a
-per-head rotated query ``q_R,h = RoPE(L_Q W_QR^h)`` and ONE rotated key
+the absorption (``L_Q W_LQQ^h R_i^T R_j (W_LK^h)^T L^T`` depends on the positions), so
+the latent stays unrotated and a small extra part of width ``d_R`` carries the position:
+a per-head rotated query ``q_R,h = RoPE(L_Q W_QR^h)`` and ONE rotated key
 ``k_R = RoPE(X W_KR)`` shared by all heads (it is cached beside ``L``)::
 
     logits_h = (Q_h K_h^T + q_R,h k_R^T) / sqrt(d_head + d_R).
@@ -44,21 +57,28 @@ import torch
 from torch import nn
 
 from attnlib._checks import (
+    check_attention_inputs,
+    check_bool,
     check_divisible,
     check_even,
     check_last_dim,
-    check_like,
+    check_matrix,
+    check_module_inputs,
     check_nonnegative_int,
+    check_optional_positive_int,
     check_positive_float,
     check_positive_int,
     check_tensor,
+    entry_point,
+    nested_call,
 )
+from attnlib._params import init_weight
 from attnlib.cache import LatentCache
 from attnlib.core import attention
-from attnlib.gqa import GroupedQueryAttention, _head_mask, _init_weight, _rope_positions
-from attnlib.heads import kv_head_index, merge_heads, split_heads
+from attnlib.gqa import GroupedQueryAttention
+from attnlib.heads import head_mask, kv_head_index, merge_heads, split_heads
 from attnlib.norms import rms_norm
-from attnlib.rope import apply_rope
+from attnlib.rope import apply_rope, rope_positions
 
 __all__ = [
     "MultiHeadLatentAttention",
@@ -68,49 +88,8 @@ __all__ = [
     "mla_naive",
 ]
 
-_RMS_EPS = 1e-6
 
-
-def _check_matrix(name: str, W: object, rows: int | None = None) -> torch.Tensor:
-    """``W`` must be a floating 2-D tensor, with ``rows`` rows when that is given."""
-    check_tensor(name, W, min_dim=2)
-    if W.dim() != 2:
-        raise ValueError(f"{name} must be a matrix (2-D); got shape {tuple(W.shape)}")
-    if rows is not None and W.shape[0] != rows:
-        raise ValueError(
-            f"{name} must have {rows} rows to multiply what comes before it; "
-            f"got shape {tuple(W.shape)}"
-        )
-    return W
-
-
-def _check_rope_parts(
-    q_R: torch.Tensor | None, k_R: torch.Tensor | None, n_heads: int, n_q: int, n_kv: int
-) -> int:
-    """``q_R (..., H, N_Q, d_R)`` and ``k_R (..., N_KV, d_R)`` come together; return ``d_R``."""
-    if (q_R is None) != (k_R is None):
-        raise ValueError(
-            "q_R and k_R must be given together (decoupled RoPE on) or both be None; "
-            f"got q_R: {q_R is not None}, k_R: {k_R is not None}"
-        )
-    if q_R is None:
-        return 0
-    check_tensor("q_R", q_R, min_dim=3)
-    check_tensor("k_R", k_R, min_dim=2)
-    if q_R.shape[-3:-1] != (n_heads, n_q):
-        raise ValueError(
-            f"q_R must have shape (..., H, N_Q, d_R) with H = {n_heads} heads and N_Q = {n_q} "
-            f"queries; got shape {tuple(q_R.shape)}"
-        )
-    if k_R.shape[-2] != n_kv:
-        raise ValueError(
-            f"k_R must have one row per key (N_KV = {n_kv}, the rows of L); "
-            f"got shape {tuple(k_R.shape)}"
-        )
-    check_last_dim("k_R", k_R, q_R.shape[-1], "the rotary width d_R of q_R")
-    return q_R.shape[-1]
-
-
+@entry_point
 def mla_naive(
     L_Q: torch.Tensor,
     L: torch.Tensor,
@@ -158,100 +137,84 @@ def mla_naive(
 
     Lesson: 07_mla (decoupled RoPE: 08_rope).
     """
-    check_positive_int("n_heads", n_heads)
-    check_tensor("L_Q", L_Q, min_dim=2)
-    check_tensor("L", L, min_dim=2)
-    _check_matrix("W_LQQ", W_LQQ, L_Q.shape[-1])
-    _check_matrix("W_LK", W_LK, L.shape[-1])
-    _check_matrix("W_LV", W_LV, L.shape[-1])
-    check_divisible("W_LK.shape[1]", W_LK.shape[1], "n_heads", n_heads)
-    check_divisible("W_LV.shape[1]", W_LV.shape[1], "n_heads", n_heads)
-    if W_LQQ.shape[1] != W_LK.shape[1]:
-        raise ValueError(
-            "W_LQQ and W_LK must have the same number of columns H * d_head (queries and "
-            f"keys meet in dot products); got W_LQQ {tuple(W_LQQ.shape)}, W_LK {tuple(W_LK.shape)}"
-        )
-    _check_matrix("W_O", W_O, W_LV.shape[1])
-    d_rope = _check_rope_parts(q_R, k_R, n_heads, L_Q.shape[-2], L.shape[-2])
-    d_head = W_LK.shape[1] // n_heads
-    scale = 1.0 / math.sqrt(d_head + d_rope) if scale is None else scale
-    Q = split_heads(L_Q @ W_LQQ, n_heads)  # (..., H, N_Q, d_head)
-    K = split_heads(L @ W_LK, n_heads)  # (..., H, N_KV, d_head)
-    V = split_heads(L @ W_LV, n_heads)  # (..., H, N_KV, d_v)
-    if d_rope:
-        k_R = k_R.unsqueeze(-3).expand(*K.shape[:-1], d_rope)  # one key part, every head
+    _check_mla_inputs(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R, k_R, mask, causal, scale, impl)
+    d_rope = 0 if q_R is None else q_R.shape[-1]
+    scale = 1.0 / math.sqrt(W_LK.shape[1] // n_heads + d_rope) if scale is None else scale
+    Q = split_heads(L_Q @ W_LQQ, n_heads)  # (..., H, N_Q, d_head)   Q_h = L_Q W_LQQ^h
+    K = split_heads(L @ W_LK, n_heads)  # (..., H, N_KV, d_head)     K_h = L W_LK^h
+    V = split_heads(L @ W_LV, n_heads)  # (..., H, N_KV, d_v)        V_h = L W_LV^h
+    if d_rope:  # [Q_h | q_R,h] . [K_h | k_R]: one rotated key for every head
         Q = torch.cat((Q, q_R), dim=-1)  # (..., H, N_Q, d_head + d_R)
-        K = torch.cat((K, k_R), dim=-1)  # (..., H, N_KV, d_head + d_R)
+        K = torch.cat((K, k_R.unsqueeze(-3).expand(*K.shape[:-1], d_rope)), dim=-1)
     Y = attention(Q, K, V, mask=mask, causal=causal, scale=scale, impl=impl)  # (..., H, N_Q, d_v)
-    return merge_heads(Y) @ W_O  # (..., N_Q, d_out)
+    return merge_heads(Y) @ W_O  # (..., N_Q, H d_v) @ (H d_v, d_out)
 
 
+@entry_point
 def mla_absorbed(
     L_Q: torch.Tensor,
     L: torch.Tensor,
-    W_LQK: torch.Tensor,
-    W_LO: torch.Tensor,
+    W_LQQ: torch.Tensor,
+    W_LK: torch.Tensor,
+    W_LV: torch.Tensor,
+    W_O: torch.Tensor,
+    n_heads: int,
     *,
-    scale: float,
     q_R: torch.Tensor | None = None,
     k_R: torch.Tensor | None = None,
     mask: torch.Tensor | None = None,
     causal: bool = False,
+    scale: float | None = None,
     impl: str = "auto",
 ) -> torch.Tensor:
-    """Absorbed MLA: ``Y = concat_col(Z_h^-1 A_h L) W_LO`` with ``A_h = exp(L_Q W_LQK^h L^T)``.
+    """Absorbed MLA: ``Y_h = Z_h^-1 A_h L W_LV^h`` with ``A_h = exp(scale Q_h (W_LK^h)^T L^T)``.
 
-    No per-head key or value is formed. Head ``h`` turns its query into latent
-    coordinates (``L_Q W_LQK^h``, width ``d_L``), scores it against the rows of ``L`` and
-    averages the rows of ``L``; ``W_LO`` then maps every head's averaged latent to the
-    output. All heads share one key/value "head", ``L`` (plus ``k_R`` in the logits), so
-    this is multi-query attention over the latent.
-
-    The scale must be given: the merged weights no longer show ``d_head``, and the logits
-    still need ``1/sqrt(d_head + d_R)`` to match :func:`mla_naive`.
+    The same arguments and result as :func:`mla_naive`; only the order of the products
+    differs. Head ``h`` turns its query into latent coordinates (``Q_h (W_LK^h)^T``,
+    width ``d_L``), scores it against the rows of ``L`` and averages the rows of ``L``;
+    ``W_LV^h`` and ``W_O`` then map the averaged latent to the output. All heads share
+    one key/value "head", ``L`` (plus ``k_R`` in the logits), so this is multi-query
+    attention over the latent. No per-head key or value exists at any point, and no
+    merged weight is formed: see the module docstring for why the factors are applied at
+    run time rather than merged.
 
     Args:
-        L_Q: ``(..., N_Q, d_LQ)`` query latent (``X`` when there is no query latent).
-        L: ``(..., N_KV, d_L)`` key/value latent.
-        W_LQK: ``(H, d_LQ, d_L)``; slice ``h`` is ``W_LQQ^h (W_LK^h)^T``.
-        W_LO: ``(H * d_L, d_out)``, ``blockdiag(W_LV^1, ..., W_LV^H) W_O``.
-        scale: multiplies the logits, ``1/sqrt(d_head + d_R)`` for the model's weights.
-        q_R: ``(..., H, N_Q, d_R)`` rotated query parts, or None without decoupled RoPE.
-        k_R: ``(..., N_KV, d_R)`` the shared rotated key part, or None.
-        mask: bool, broadcastable to ``(..., H, N_Q, N_KV)``; True = may attend.
-        causal: bottom-right aligned causal mask.
-        impl: ``"auto"`` (fused SDPA) or ``"explicit"``.
+        L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R, k_R, mask, causal, scale, impl:
+            as in :func:`mla_naive`.
 
     Returns:
-        ``(..., N_Q, d_out)``, equal to :func:`mla_naive` on the unmerged weights.
+        ``(..., N_Q, d_out)``, equal to :func:`mla_naive` up to rounding.
+
+    Example:
+        >>> H, d_LQ, d_L, d_head = 2, 6, 4, 3
+        >>> L_Q, L = torch.randn(5, d_LQ), torch.randn(5, d_L)
+        >>> W = [torch.randn(d_LQ, H * d_head), torch.randn(d_L, H * d_head),
+        ...      torch.randn(d_L, H * d_head), torch.randn(H * d_head, 7)]
+        >>> torch.allclose(mla_absorbed(L_Q, L, *W, H, causal=True),
+        ...                mla_naive(L_Q, L, *W, H, causal=True), atol=1e-4)
+        True
 
     Lesson: 07_mla (decoupled RoPE: 08_rope).
     """
-    check_tensor("L_Q", L_Q, min_dim=2)
-    check_tensor("L", L, min_dim=2)
-    check_tensor("W_LQK", W_LQK, min_dim=3)
-    if W_LQK.dim() != 3 or W_LQK.shape[1:] != (L_Q.shape[-1], L.shape[-1]):
-        raise ValueError(
-            f"W_LQK must have shape (H, d_LQ, d_L) = (H, {L_Q.shape[-1]}, {L.shape[-1]}) "
-            f"to sit between L_Q and L^T; got {tuple(W_LQK.shape)}"
-        )
-    n_heads, d_latent = W_LQK.shape[0], L.shape[-1]
-    _check_matrix("W_LO", W_LO, n_heads * d_latent)
-    check_positive_float("scale", scale)
-    d_rope = _check_rope_parts(q_R, k_R, n_heads, L_Q.shape[-2], L.shape[-2])
-    Q_L = L_Q.unsqueeze(-3) @ W_LQK  # (..., H, N_Q, d_L): L_Q W_LQK^h, queries in latent space
+    _check_mla_inputs(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R, k_R, mask, causal, scale, impl)
+    H, d_head, d_v = n_heads, W_LK.shape[1] // n_heads, W_LV.shape[1] // n_heads
+    d_rope = 0 if q_R is None else q_R.shape[-1]
+    scale = 1.0 / math.sqrt(d_head + d_rope) if scale is None else scale
+    W_LK_T = W_LK.unflatten(1, (H, d_head)).permute(1, 2, 0)  # (H, d_head, d_L): (W_LK^h)^T
+    W_LV_h = W_LV.unflatten(1, (H, d_v)).transpose(0, 1)  # (H, d_L, d_v): W_LV^h
+    Q_L = split_heads(L_Q @ W_LQQ, H) @ W_LK_T  # (..., H, N_Q, d_L)  Q_h (W_LK^h)^T
     K_L = L if not d_rope else torch.cat((L, k_R), dim=-1)  # (..., N_KV, d_L + d_R)
     if d_rope:
         Q_L = torch.cat((Q_L, q_R), dim=-1)  # (..., H, N_Q, d_L + d_R)
-    # One key/value head for all H query heads. expand() is a view: the heads read the
-    # same memory, and fused SDPA kernels (which want equal head counts) stay usable.
-    heads = (*([-1] * (L.dim() - 2)), n_heads, -1, -1)
-    K_L = K_L.unsqueeze(-3).expand(*heads)  # (..., H, N_KV, d_L + d_R)
-    V_L = L.unsqueeze(-3).expand(*heads)  # (..., H, N_KV, d_L)
+    # One key/value head for all H query heads; expand() is a view (no copy), and fused
+    # SDPA kernels, which want equal head counts, stay usable.
+    K_L, V_L = (T.unsqueeze(-3).expand(*T.shape[:-2], H, *T.shape[-2:]) for T in (K_L, L))
     Y_L = attention(Q_L, K_L, V_L, mask=mask, causal=causal, scale=scale, impl=impl)
-    return merge_heads(Y_L) @ W_LO  # (..., N_Q, H d_L) @ (H d_L, d_out)
+    Y = Y_L @ W_LV_h  # (..., H, N_Q, d_v)  (Z_h^-1 A_h L) W_LV^h
+    return merge_heads(Y) @ W_O  # (..., N_Q, H d_v) @ (H d_v, d_out)
 
 
+@entry_point
 def mla_merged_weights(
     W_LQQ: torch.Tensor,
     W_LK: torch.Tensor,
@@ -259,11 +222,14 @@ def mla_merged_weights(
     W_O: torch.Tensor,
     n_heads: int,
 ) -> dict[str, torch.Tensor]:
-    """Absorbed weights: ``W_LQK^h = W_LQQ^h (W_LK^h)^T``, ``W_LO = blockdiag(W_LV^h) W_O``.
+    """Merged weights ``W_LQK^h = W_LQQ^h (W_LK^h)^T`` and ``W_LO = blockdiag(W_LV^h) W_O``.
 
-    Row block ``h`` (``d_L`` rows) of ``blockdiag(W_LV^1, ..., W_LV^H) W_O`` is
-    ``W_LV^h W_O^h``, where ``W_O^h`` is row block ``h`` (``d_v`` rows) of ``W_O``; that is
-    how it is computed here, without building the ``(H d_L, H d_v)`` block-diagonal matrix.
+    With them ``Q_h K_h^T = L_Q W_LQK^h L^T`` and
+    ``concat_col(Z_h^-1 A_h L) W_LO = concat_col(Z_h^-1 A_h V_h) W_O``. Row block ``h``
+    (``d_L`` rows) of ``W_LO`` is ``W_LV^h W_O^h``, where ``W_O^h`` is row block ``h``
+    (``d_v`` rows) of ``W_O``; that is how it is computed here, without building the
+    ``(H d_L, H d_v)`` block-diagonal matrix. attnlib's absorbed path does not use these
+    matrices (the module docstring says why); they are here to show the algebra.
 
     Args:
         W_LQQ: ``(d_LQ, H * d_head)``.
@@ -273,38 +239,23 @@ def mla_merged_weights(
         n_heads: ``H``.
 
     Returns:
-        ``{"W_LQK": (H, d_LQ, d_L), "W_LO": (H * d_L, d_out)}``, such that
-        ``concat_col(Z_h^-1 A_h L) @ W_LO == concat_col(Z_h^-1 A_h V_h) @ W_O``.
+        ``{"W_LQK": (H, d_LQ, d_L), "W_LO": (H * d_L, d_out)}``.
 
     Equivalent to ``torch.block_diag(*W_LV.split(d_v, dim=1)) @ W_O`` for ``W_LO``.
 
     Lesson: 07_mla.
     """
-    check_positive_int("n_heads", n_heads)
-    _check_matrix("W_LQQ", W_LQQ)
-    _check_matrix("W_LK", W_LK)
-    _check_matrix("W_LV", W_LV, W_LK.shape[0])
-    if W_LK.shape[1] != W_LQQ.shape[1]:
-        raise ValueError(
-            "W_LQQ and W_LK must have the same number of columns H * d_head; "
-            f"got W_LQQ {tuple(W_LQQ.shape)}, W_LK {tuple(W_LK.shape)}"
-        )
-    check_divisible("W_LK.shape[1]", W_LK.shape[1], "n_heads", n_heads)
-    check_divisible("W_LV.shape[1]", W_LV.shape[1], "n_heads", n_heads)
-    _check_matrix("W_O", W_O, W_LV.shape[1])
-    d_q, d_latent, d_out = W_LQQ.shape[0], W_LK.shape[0], W_O.shape[1]
-    d_head, d_v = W_LK.shape[1] // n_heads, W_LV.shape[1] // n_heads
-    W_LQQ_h = W_LQQ.reshape(d_q, n_heads, d_head)  # [:, h] is column block W_LQQ^h
-    W_LK_h = W_LK.reshape(d_latent, n_heads, d_head)  # [:, h] is W_LK^h
+    if not nested_call():
+        _check_factors(W_LQQ, W_LK, W_LV, W_O, n_heads)
+    H, d_q, d_latent, d_out = n_heads, W_LQQ.shape[0], W_LK.shape[0], W_O.shape[1]
+    d_head, d_v = W_LK.shape[1] // H, W_LV.shape[1] // H
+    W_LQQ_h = W_LQQ.reshape(d_q, H, d_head)  # [:, h] is column block W_LQQ^h
+    W_LK_h = W_LK.reshape(d_latent, H, d_head)  # [:, h] is W_LK^h
     W_LQK = torch.einsum("qhd,lhd->hql", W_LQQ_h, W_LK_h)  # (H, d_LQ, d_L)
-    W_LV_h = W_LV.reshape(d_latent, n_heads, d_v)  # [:, h] is W_LV^h
-    W_O_h = W_O.reshape(n_heads, d_v, d_out)  # [h] is row block W_O^h
-    W_LO = torch.einsum("lhv,hvo->hlo", W_LV_h, W_O_h).reshape(n_heads * d_latent, d_out)
+    W_LV_h = W_LV.reshape(d_latent, H, d_v)  # [:, h] is W_LV^h
+    W_O_h = W_O.reshape(H, d_v, d_out)  # [h] is row block W_O^h
+    W_LO = torch.einsum("lhv,hvo->hlo", W_LV_h, W_O_h).reshape(H * d_latent, d_out)
     return {"W_LQK": W_LQK, "W_LO": W_LO}
-
-
-def _optional_positive(name: str, value: object) -> int | None:
-    return None if value is None else check_positive_int(name, value)
 
 
 class MultiHeadLatentAttention(nn.Module):
@@ -379,47 +330,29 @@ class MultiHeadLatentAttention(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        self.d_in = check_positive_int("d_in", d_in)
-        self.n_heads = check_positive_int("n_heads", n_heads)
-        self.d_head = check_positive_int("d_head", d_head)
-        self.d_latent = check_positive_int("d_latent", d_latent)
-        self.d_latent_q = _optional_positive("d_latent_q", d_latent_q)
-        self.d_rope = check_nonnegative_int("d_rope", d_rope)
-        check_even("d_rope", d_rope, "RoPE rotates coordinates in pairs")
-        self.d_v = d_head if d_v is None else check_positive_int("d_v", d_v)
-        self.d_out = d_in if d_out is None else check_positive_int("d_out", d_out)
-        for name, flag in (("latent_norm", latent_norm), ("rope_interleaved", rope_interleaved)):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{name} must be a bool; got {flag!r}")
-        if rope_base is not None or d_rope > 0:
-            check_positive_float("rope_base", rope_base)
-        self.latent_norm = latent_norm
-        self.rope_base = rope_base
-        self.rope_interleaved = rope_interleaved
-
+        _check_config(d_in, n_heads, d_head, d_latent, d_latent_q, d_rope, d_v, d_out,
+                      latent_norm, rope_base, rope_interleaved)
+        self.d_in, self.n_heads, self.d_head, self.d_latent = d_in, n_heads, d_head, d_latent
+        self.d_latent_q, self.d_rope = d_latent_q, d_rope
+        self.d_v = d_head if d_v is None else d_v
+        self.d_out = d_in if d_out is None else d_out
+        self.latent_norm, self.rope_base, self.rope_interleaved = (
+            latent_norm, rope_base, rope_interleaved
+        )
         kw = {"device": device, "dtype": dtype}
         H, d_q = n_heads, d_in if d_latent_q is None else d_latent_q
-        self.W_L = _init_weight((d_in, d_latent), **kw)
-        self.W_LK = _init_weight((d_latent, H * d_head), **kw)
-        self.W_LV = _init_weight((d_latent, H * self.d_v), **kw)
-        if d_latent_q is None:
-            self.register_parameter("W_LQ", None)
-        else:
-            self.W_LQ = _init_weight((d_in, d_latent_q), **kw)
-        self.W_LQQ = _init_weight((d_q, H * d_head), **kw)
-        self.W_O = _init_weight((H * self.d_v, self.d_out), **kw)
-        if d_rope > 0:
-            self.W_QR = _init_weight((d_q, H * d_rope), **kw)
-            self.W_KR = _init_weight((d_in, d_rope), **kw)
-        else:
-            self.register_parameter("W_QR", None)
-            self.register_parameter("W_KR", None)
+        self.W_L = init_weight(d_in, d_latent, **kw)
+        self.W_LK = init_weight(d_latent, H * d_head, **kw)
+        self.W_LV = init_weight(d_latent, H * self.d_v, **kw)
+        self.W_LQ = None if d_latent_q is None else init_weight(d_in, d_latent_q, **kw)
+        self.W_LQQ = init_weight(d_q, H * d_head, **kw)
+        self.W_O = init_weight(H * self.d_v, self.d_out, **kw)
+        self.W_QR = init_weight(d_q, H * d_rope, **kw) if d_rope else None
+        self.W_KR = init_weight(d_in, d_rope, **kw) if d_rope else None
         # RMSNorm gains start at 1, as in nn.RMSNorm; g_LQ exists only with a query latent.
-        g_L = nn.Parameter(torch.ones(d_latent, **kw)) if latent_norm else None
-        with_g_LQ = latent_norm and d_latent_q is not None
-        g_LQ = nn.Parameter(torch.ones(d_latent_q, **kw)) if with_g_LQ else None
-        self.register_parameter("g_L", g_L)
-        self.register_parameter("g_LQ", g_LQ)
+        ones = lambda d: nn.Parameter(torch.ones(d, **kw))  # noqa: E731
+        self.g_L = ones(d_latent) if latent_norm else None
+        self.g_LQ = ones(d_latent_q) if latent_norm and d_latent_q is not None else None
 
     @property
     def scale(self) -> float:
@@ -427,35 +360,15 @@ class MultiHeadLatentAttention(nn.Module):
         return 1.0 / math.sqrt(self.d_head + self.d_rope)
 
     def merged_weights(self) -> dict[str, torch.Tensor]:
-        """The absorbed weights ``{"W_LQK": (H, d_Q, d_L), "W_LO": (H*d_L, d_out)}``.
+        """The paper's absorbed weights ``{"W_LQK": (H, d_Q, d_L), "W_LO": (H*d_L, d_out)}``.
 
-        ``W_LQK^h = W_LQQ^h (W_LK^h)^T`` and ``W_LO = blockdiag(W_LV^1, ..., W_LV^H) W_O``,
-        computed from the current parameters (``d_Q = d_LQ``, or ``d_in`` without a query
-        latent). See :func:`mla_merged_weights`.
+        Computed from the current parameters on each call (``d_Q = d_LQ``, or ``d_in``
+        without a query latent); see :func:`mla_merged_weights`. ``forward(absorbed=True)``
+        does not use them: it applies the factors in the absorbed order instead.
         """
         return mla_merged_weights(self.W_LQQ, self.W_LK, self.W_LV, self.W_O, self.n_heads)
 
-    def _latents(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(L_Q, L)``: the query latent (or ``X``) and the key/value latent, normalised if on."""
-        L = X @ self.W_L  # (..., N, d_L)
-        L_Q = X if self.W_LQ is None else X @ self.W_LQ  # (..., N, d_LQ) or X itself
-        if self.latent_norm:
-            L = rms_norm(L, self.g_L, _RMS_EPS)
-            if self.W_LQ is not None:
-                L_Q = rms_norm(L_Q, self.g_LQ, _RMS_EPS)
-        return L_Q, L
-
-    def _rope_parts(
-        self, X: torch.Tensor, L_Q: torch.Tensor, positions: torch.Tensor | None, start: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``q_R (..., H, N, d_R)`` per head and the one shared ``k_R (..., N, d_R)``, rotated."""
-        rope = {"base": self.rope_base, "interleaved": self.rope_interleaved}
-        pos = _rope_positions(positions, X.shape[-2], start, X.device)  # (N,) or (B, 1, N)
-        q_R = apply_rope(split_heads(L_Q @ self.W_QR, self.n_heads), pos, **rope)
-        # k_R has no head axis; a singleton one lines it up with positions of shape (B, 1, N).
-        k_R = apply_rope((X @ self.W_KR).unsqueeze(-3), pos, **rope).squeeze(-3)
-        return q_R, k_R
-
+    @entry_point
     def forward(
         self,
         X: torch.Tensor,
@@ -467,7 +380,7 @@ class MultiHeadLatentAttention(nn.Module):
         absorbed: bool = False,
         impl: str = "auto",
     ) -> torch.Tensor:
-        """``Y = concat_col(Z_h^-1 A_h V_h) W_O`` (absorbed: ``concat_col(Z_h^-1 A_h L) W_LO``).
+        """``Y = concat_col(Z_h^-1 A_h V_h) W_O``, per head or absorbed into the latent.
 
         Args:
             X: ``(..., N, d_in)`` input tokens (self-attention).
@@ -479,35 +392,43 @@ class MultiHeadLatentAttention(nn.Module):
                 ``0 .. N - 1`` continuing from ``cache.n_tokens``. Ignored when ``d_rope = 0``.
             cache: a :class:`attnlib.LatentCache`; receives ``L`` and ``k_R`` of the new
                 tokens, and attention runs over everything it holds.
-            absorbed: use the merged weights (:meth:`merged_weights`, recomputed from the
-                parameters on each call); per-head ``K_h`` and ``V_h`` are never formed.
+            absorbed: :func:`mla_absorbed` (per-head ``K_h`` and ``V_h`` are never formed)
+                instead of :func:`mla_naive`.
             impl: ``"auto"`` or ``"explicit"``, passed to :func:`attnlib.core.attention`.
 
         Returns:
             ``(..., N, d_out)``; the two paths agree up to rounding.
         """
-        check_tensor("X", X, min_dim=2)
-        check_last_dim("X", X, self.d_in, "d_in of this module")
-        check_like("X", X, self.W_L)
-        if cache is not None and not isinstance(cache, LatentCache):
-            raise TypeError(f"cache must be an attnlib.LatentCache; got {type(cache).__name__}")
-        if not isinstance(absorbed, bool):
-            raise TypeError(f"absorbed must be a bool; got {absorbed!r}")
-        L_Q, L = self._latents(X)
+        check_module_inputs(
+            X, d_in=self.d_in, like=self.W_L, causal=causal, mask=mask, positions=positions,
+            cache=cache, cache_type=LatentCache, impl=impl, absorbed=absorbed,
+        )
+        L = X @ self.W_L  # (..., N, d_L)  the latent: with k_R, all that is cached
+        L_Q = X if self.W_LQ is None else X @ self.W_LQ  # (..., N, d_Q)
+        if self.latent_norm:
+            L = rms_norm(L, self.g_L, 1e-6)
+            L_Q = L_Q if self.g_LQ is None else rms_norm(L_Q, self.g_LQ, 1e-6)
         q_R = k_R = None
         if self.d_rope:
-            start = 0 if cache is None else cache.n_tokens
-            q_R, k_R = self._rope_parts(X, L_Q, positions, start)
+            q_R, k_R = self._rope_parts(X, L_Q, positions, 0 if cache is None else cache.n_tokens)
         if cache is not None:
             L, k_R = cache.update(L, k_R)  # every token so far; k_R already rotated
-        common = {"q_R": q_R, "k_R": k_R, "mask": _head_mask(mask), "causal": causal, "impl": impl}
-        if absorbed:
-            W = self.merged_weights()
-            return mla_absorbed(L_Q, L, W["W_LQK"], W["W_LO"], scale=self.scale, **common)
-        return mla_naive(
-            L_Q, L, self.W_LQQ, self.W_LK, self.W_LV, self.W_O, self.n_heads,
-            scale=self.scale, **common,
+        mla = mla_absorbed if absorbed else mla_naive
+        return mla(
+            L_Q, L, self.W_LQQ, self.W_LK, self.W_LV, self.W_O, self.n_heads, q_R=q_R, k_R=k_R,
+            mask=head_mask(mask), causal=causal, scale=self.scale, impl=impl,
         )
+
+    def _rope_parts(
+        self, X: torch.Tensor, L_Q: torch.Tensor, positions: torch.Tensor | None, start: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``q_R (..., H, N, d_R)`` per head and the one shared ``k_R (..., N, d_R)``, rotated."""
+        rope = {"base": self.rope_base, "interleaved": self.rope_interleaved}
+        pos = rope_positions(positions, X.shape[-2], start=start, device=X.device)
+        q_R = apply_rope(split_heads(L_Q @ self.W_QR, self.n_heads), pos, **rope)
+        # k_R has no head axis; a singleton one lines it up with positions of shape (B, 1, N).
+        k_R = apply_rope((X @ self.W_KR).unsqueeze(-3), pos, **rope).squeeze(-3)
+        return q_R, k_R
 
     def extra_repr(self) -> str:
         parts = [
@@ -524,6 +445,7 @@ class MultiHeadLatentAttention(nn.Module):
         return ", ".join(parts)
 
 
+@entry_point
 def mla_from_mha(attn: GroupedQueryAttention, d_latent: int) -> MultiHeadLatentAttention:
     """Convert MHA/GQA to MLA by a truncated SVD: ``[W_K | W_V] ~ U_r S_r V_r^T``, ``r = d_latent``.
 
@@ -570,24 +492,8 @@ def mla_from_mha(attn: GroupedQueryAttention, d_latent: int) -> MultiHeadLatentA
 
     Lesson: 07_mla (why RoPE blocks it: 08_rope).
     """
-    if not isinstance(attn, GroupedQueryAttention):
-        raise TypeError(
-            f"attn must be an attnlib.GroupedQueryAttention (or MHA/MQA); got {type(attn).__name__}"
-        )
-    if attn.rope_base is not None:
-        raise ValueError(
-            "attn.rope_base must be None: RoPE rotates each key after W_K, so [W_K | W_V] "
-            "has no exact latent factorisation; decoupled RoPE (d_rope > 0) needs retraining. "
-            f"Got attn.rope_base={attn.rope_base!r}"
-        )
-    check_positive_int("d_latent", d_latent)
+    _check_conversion(attn, d_latent)
     H, G, d_head, d_in = attn.n_heads, attn.n_kv_heads, attn.d_head, attn.d_in
-    r_max = min(d_in, 2 * G * d_head)
-    if d_latent > r_max:
-        raise ValueError(
-            f"d_latent must be at most min(d_in, 2 * G * d_head) = min({d_in}, {2 * G * d_head}) "
-            f"= {r_max}, the largest rank [W_K | W_V] can have; got {d_latent}"
-        )
     W_ref = attn.W_K
     work = torch.float32 if W_ref.device.type == "mps" else torch.float64
     with torch.no_grad():
@@ -609,3 +515,92 @@ def mla_from_mha(attn: GroupedQueryAttention, d_latent: int) -> MultiHeadLatentA
         mla.W_LQQ.copy_(attn.W_Q)
         mla.W_O.copy_(attn.W_O)
     return mla
+
+
+def _check_conversion(attn: object, d_latent: object) -> None:
+    if not isinstance(attn, GroupedQueryAttention):
+        raise TypeError(
+            f"attn must be an attnlib.GroupedQueryAttention (or MHA/MQA); got {type(attn).__name__}"
+        )
+    if attn.rope_base is not None:
+        raise ValueError(
+            "attn.rope_base must be None: RoPE rotates each key after W_K, so [W_K | W_V] "
+            "has no exact latent factorisation; decoupled RoPE (d_rope > 0) needs retraining. "
+            f"Got attn.rope_base={attn.rope_base!r}"
+        )
+    check_positive_int("d_latent", d_latent)
+    r_max = min(attn.d_in, 2 * attn.n_kv_heads * attn.d_head)
+    if d_latent > r_max:
+        raise ValueError(
+            f"d_latent must be at most min(d_in, 2 * G * d_head) = "
+            f"min({attn.d_in}, {2 * attn.n_kv_heads * attn.d_head}) = {r_max}, the largest rank "
+            f"[W_K | W_V] can have; got {d_latent}"
+        )
+
+
+# --- checks ------------------------------------------------------------------------------
+
+
+def _check_factors(W_LQQ, W_LK, W_LV, W_O, n_heads, d_q=None, d_latent=None) -> None:
+    """The four factors fit together (and fit ``L_Q``, ``L`` when their widths are given)."""
+    check_positive_int("n_heads", n_heads)
+    check_matrix("W_LQQ", W_LQQ, d_q)
+    check_matrix("W_LK", W_LK, d_latent)
+    check_matrix("W_LV", W_LV, W_LK.shape[0])
+    if W_LQQ.shape[1] != W_LK.shape[1]:
+        raise ValueError(
+            "W_LQQ and W_LK must have the same number of columns H * d_head (queries and "
+            f"keys meet in dot products); got W_LQQ {tuple(W_LQQ.shape)}, W_LK {tuple(W_LK.shape)}"
+        )
+    check_divisible("W_LK.shape[1]", W_LK.shape[1], "n_heads", n_heads)
+    check_divisible("W_LV.shape[1]", W_LV.shape[1], "n_heads", n_heads)
+    check_matrix("W_O", W_O, W_LV.shape[1])
+
+
+def _check_mla_inputs(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R, k_R, mask, causal, scale,
+                      impl) -> None:
+    if nested_call():
+        return
+    check_tensor("L_Q", L_Q, min_dim=2)
+    check_tensor("L", L, min_dim=2)
+    _check_factors(W_LQQ, W_LK, W_LV, W_O, n_heads, L_Q.shape[-1], L.shape[-1])
+    if (q_R is None) != (k_R is None):
+        raise ValueError(
+            "q_R and k_R must be given together (decoupled RoPE on) or both be None; "
+            f"got q_R: {q_R is not None}, k_R: {k_R is not None}"
+        )
+    if q_R is not None:
+        check_tensor("q_R", q_R, min_dim=3)
+        check_tensor("k_R", k_R, min_dim=2)
+        if q_R.shape[-3:-1] != (n_heads, L_Q.shape[-2]):
+            raise ValueError(
+                f"q_R must have shape (..., H, N_Q, d_R) with H = {n_heads} heads and "
+                f"N_Q = {L_Q.shape[-2]} queries; got shape {tuple(q_R.shape)}"
+            )
+        if k_R.shape[-2] != L.shape[-2]:
+            raise ValueError(
+                f"k_R must have one row per key (N_KV = {L.shape[-2]}, the rows of L); "
+                f"got shape {tuple(k_R.shape)}"
+            )
+        check_last_dim("k_R", k_R, q_R.shape[-1], "the rotary width d_R of q_R")
+    # Zero-width per-head stand-ins (views) for the attention's queries and keys: the
+    # attention check needs their batch shapes, dtypes and devices only.
+    def heads(T: torch.Tensor) -> torch.Tensor:
+        return T[..., :0].unsqueeze(-3).expand(*T.shape[:-2], n_heads, T.shape[-2], 0)
+
+    check_attention_inputs(heads(L_Q), heads(L), mask=mask, causal=causal, scale=scale, impl=impl)
+
+
+def _check_config(d_in, n_heads, d_head, d_latent, d_latent_q, d_rope, d_v, d_out, latent_norm,
+                  rope_base, rope_interleaved) -> None:
+    for name, value in (("d_in", d_in), ("n_heads", n_heads), ("d_head", d_head),
+                        ("d_latent", d_latent)):
+        check_positive_int(name, value)
+    for name, value in (("d_latent_q", d_latent_q), ("d_v", d_v), ("d_out", d_out)):
+        check_optional_positive_int(name, value)
+    check_nonnegative_int("d_rope", d_rope)
+    check_even("d_rope", d_rope, "RoPE rotates coordinates in pairs")
+    check_bool("latent_norm", latent_norm)
+    check_bool("rope_interleaved", rope_interleaved)
+    if rope_base is not None or d_rope > 0:
+        check_positive_float("rope_base", rope_base)

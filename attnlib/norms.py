@@ -17,26 +17,21 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attnlib._checks import check_last_dim, check_positive_float, check_positive_int, check_tensor
+from attnlib._checks import (
+    check_last_dim,
+    check_positive_float,
+    check_positive_int,
+    check_tensor,
+    entry_point,
+    nested_call,
+)
 
 __all__ = ["LayerNorm", "RMSNorm", "layer_norm", "rms_norm"]
 
 _HALF = (torch.float16, torch.bfloat16)
 
 
-
-
-def _check_gain(name: str, g: torch.Tensor | None, x: torch.Tensor) -> None:
-    if g is None:
-        return
-    check_tensor(name, g)
-    if g.shape != x.shape[-1:]:
-        raise ValueError(
-            f"{name} must have shape (d,) = ({x.shape[-1]},), one entry per feature of x; "
-            f"got {tuple(g.shape)}"
-        )
-
-
+@entry_point
 def layer_norm(
     x: torch.Tensor,
     gamma: torch.Tensor | None = None,
@@ -66,10 +61,7 @@ def layer_norm(
 
     Lesson: 04_masks_and_layers.
     """
-    check_tensor("x", x)
-    _check_gain("gamma", gamma, x)
-    _check_gain("beta", beta, x)
-    eps = check_positive_float("eps", eps)
+    _check_norm_inputs(x, eps, gamma=gamma, beta=beta)
     work = torch.float32 if x.dtype in _HALF else x.dtype
     xw = x.to(work)
     mu = xw.mean(dim=-1, keepdim=True)  # (..., 1)
@@ -82,6 +74,7 @@ def layer_norm(
     return y.to(x.dtype)
 
 
+@entry_point
 def rms_norm(x: torch.Tensor, g: torch.Tensor | None = None, eps: float = 1e-6) -> torch.Tensor:
     """``y = x / sqrt(mean(x^2) + eps) * g``, over the last dimension.
 
@@ -106,9 +99,7 @@ def rms_norm(x: torch.Tensor, g: torch.Tensor | None = None, eps: float = 1e-6) 
 
     Lesson: 04_masks_and_layers.
     """
-    check_tensor("x", x)
-    _check_gain("g", g, x)
-    eps = check_positive_float("eps", eps)
+    _check_norm_inputs(x, eps, g=g)
     xw = x.float() if x.dtype in _HALF else x
     y = xw * torch.rsqrt(xw.square().mean(dim=-1, keepdim=True) + eps)  # (..., d)
     if g is not None:
@@ -142,9 +133,10 @@ class LayerNorm(nn.Module):
         self.gamma = nn.Parameter(torch.ones(d, device=device, dtype=dtype))
         self.beta = nn.Parameter(torch.zeros(d, device=device, dtype=dtype))
 
+    @entry_point
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """See :func:`layer_norm`; ``x`` is ``(..., d)``."""
-        check_last_dim("x", x, self.d, "d of this norm")
+        _check_norm_inputs(x, self.eps, d=self.d)
         return layer_norm(x, self.gamma, self.beta, self.eps)
 
     def extra_repr(self) -> str:
@@ -176,10 +168,27 @@ class RMSNorm(nn.Module):
         self.eps = check_positive_float("eps", eps)
         self.g = nn.Parameter(torch.ones(d, device=device, dtype=dtype))
 
+    @entry_point
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """See :func:`rms_norm`; ``x`` is ``(..., d)``."""
-        check_last_dim("x", x, self.d, "d of this norm")
+        _check_norm_inputs(x, self.eps, d=self.d)
         return rms_norm(x, self.g, self.eps)
 
     def extra_repr(self) -> str:
         return f"d={self.d}, eps={self.eps:g}"
+
+
+def _check_norm_inputs(x: object, eps: object, d: int | None = None, **gains: object) -> None:
+    """``x (..., d)``, ``eps > 0``, and each gain ``None`` or a ``(d,)`` tensor."""
+    if nested_call():
+        return
+    check_tensor("x", x)
+    if d is not None:
+        check_last_dim("x", x, d, "d of this norm")
+    check_positive_float("eps", eps)
+    for name, g in gains.items():
+        if g is not None and check_tensor(name, g).shape != x.shape[-1:]:
+            raise ValueError(
+                f"{name} must have shape (d,) = ({x.shape[-1]},), one entry per feature of x; "
+                f"got {tuple(g.shape)}"
+            )

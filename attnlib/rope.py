@@ -17,16 +17,29 @@ Two pairings are in use, and they are not interchangeable on the same weights:
 They agree after permuting the columns of ``W_Q`` and ``W_K`` with
 :func:`rope_permutation`. The rotation turns each pair counter-clockwise:
 ``(x, y) -> (x cos a - y sin a, x sin a + y cos a)``.
+
+The ``cos`` and ``sin`` tables are computed on every call, from the positions at hand:
+nothing is cached between calls, so no table outlives the forward pass that made it or
+carries ``torch.inference_mode`` into a later training step.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
 
-from attnlib._checks import check_even, check_positive_float, check_positive_int, check_tensor
+from attnlib._checks import (
+    as_positions,
+    broadcasts_to,
+    check_bool,
+    check_even,
+    check_positive_float,
+    check_positive_int,
+    check_tensor,
+    entry_point,
+    nested_call,
+)
 
 __all__ = [
     "apply_rope",
@@ -35,94 +48,12 @@ __all__ = [
     "rope_frequencies",
     "rope_matrix",
     "rope_permutation",
+    "rope_positions",
+    "rope_rotate",
 ]
 
-_HALF = (torch.float16, torch.bfloat16)
 
-
-def rope_frequencies(
-    d: int, *, base: float = 10000.0, device: torch.device | str | None = None
-) -> torch.Tensor:
-    """The ``d/2`` angular frequencies ``theta_i = base^(-2i/d)``, ``i = 0 .. d/2 - 1`` (float64).
-
-    Args:
-        d: rotated width (even).
-        base: RoPE base (10,000 in RoFormer; 500,000 in Llama 3).
-        device: where to build them.
-
-    Returns:
-        ``(d/2,)`` float64 (float32 on MPS), from 1 down to ``base^(-(d-2)/d)``.
-
-    Lesson: 08_rope.
-    """
-    check_positive_int("d", d)
-    check_even("d", d, "RoPE rotates coordinates in pairs")
-    base = check_positive_float("base", base)
-    device = torch.device("cpu") if device is None else torch.device(device)
-    return _frequencies(d, base, device).clone()
-
-
-@functools.lru_cache(maxsize=64)
-def _frequencies(d: int, base: float, device: torch.device) -> torch.Tensor:
-    """Cached ``theta``; decoding asks for the same frequencies at every step."""
-    i = torch.arange(d // 2, dtype=torch.float64)
-    return (base ** (-2.0 * i / d)).to(device=device, dtype=_angle_dtype(device))
-
-
-def _angle_dtype(device: torch.device) -> torch.dtype:
-    # Angles in float64 keep m * theta accurate at large positions; MPS has no float64.
-    return torch.float32 if device.type == "mps" else torch.float64
-
-
-def rope_angles(
-    positions: torch.Tensor, d: int, *, base: float = 10000.0
-) -> torch.Tensor:
-    """Angles ``positions[..., None] * theta`` of every pair (float64).
-
-    Args:
-        positions: ``(...)`` integer or float positions.
-        d: rotated width (even).
-        base: RoPE base.
-
-    Returns:
-        ``(..., d/2)`` float64 (float32 on MPS, which has no float64).
-
-    Lesson: 08_rope.
-    """
-    check_positive_int("d", d)
-    check_even("d", d, "RoPE rotates coordinates in pairs")
-    theta = _frequencies(d, check_positive_float("base", base), positions.device)
-    return positions.to(theta.dtype)[..., None] * theta
-
-
-def _positions(positions: object, X: torch.Tensor) -> torch.Tensor:
-    if not isinstance(positions, torch.Tensor):
-        try:
-            positions = torch.as_tensor(positions, device=X.device)
-        except (TypeError, ValueError, RuntimeError) as err:
-            raise TypeError(
-                "positions must be a tensor or a sequence of numbers; "
-                f"got {type(positions).__name__}"
-            ) from err
-    if positions.dtype == torch.bool or positions.is_complex():
-        raise TypeError(f"positions must be integer or real; got dtype {positions.dtype}")
-    if positions.device != X.device:
-        raise ValueError(f"positions must live on X's device {X.device}; got {positions.device}")
-    if positions.dim() == 1 and positions.shape[0] == X.shape[-2]:
-        return positions  # the common case: one position per token
-    try:
-        if positions.dim() > X.dim() - 1:
-            raise RuntimeError
-        if torch.broadcast_shapes(positions.shape, X.shape[:-1]) != X.shape[:-1]:
-            raise RuntimeError
-    except RuntimeError as err:
-        raise ValueError(
-            "positions must broadcast to X.shape[:-1] = "
-            f"{tuple(X.shape[:-1])} (one position per row of X); got shape {tuple(positions.shape)}"
-        ) from err
-    return positions
-
-
+@entry_point
 def apply_rope(
     X: torch.Tensor,
     positions: torch.Tensor,
@@ -155,68 +86,147 @@ def apply_rope(
 
     Lesson: 08_rope.
     """
-    check_tensor("X", X, min_dim=2)
-    d = X.shape[-1]
-    check_even("X.shape[-1]", d, "RoPE rotates coordinates in pairs")
-    if not isinstance(interleaved, bool):
-        raise TypeError(f"interleaved must be a bool; got {interleaved!r}")
-    pos = _positions(positions, X)
-    work = torch.float32 if X.dtype in _HALF else X.dtype
-    cos, sin = rope_cos_sin(pos, d, base=base, dtype=work)
-    return _rotate(X, cos, sin, interleaved)
+    _check_rope_inputs(X, positions, base, interleaved)
+    positions = torch.as_tensor(positions, device=X.device)
+    cos, sin = rope_cos_sin(positions, X.shape[-1], base=base, dtype=_work_dtype(X.dtype))
+    return rope_rotate(X, cos, sin, interleaved=interleaved)
 
 
-def rope_cos_sin(
-    positions: torch.Tensor, d: int, *, base: float = 10000.0, dtype: torch.dtype = torch.float32
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``cos`` and ``sin`` of every pair's angle, ``(..., N, d/2)`` each, in ``dtype``.
+@entry_point
+def rope_rotate(
+    X: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool = False
+) -> torch.Tensor:
+    """Turn each pair ``(x, y)`` of ``X`` to ``(x cos - y sin, x sin + y cos)``.
 
-    Compute them once per forward pass and rotate both queries and keys with them (what
-    :func:`apply_rope` does for one tensor).
+    Compute ``cos`` and ``sin`` once (:func:`rope_cos_sin`) and rotate the queries and
+    the keys of a forward pass with them.
+
+    Args:
+        X: ``(..., N, d)``.
+        cos: ``(..., N, d/2)``, broadcastable against the pairs of ``X``.
+        sin: same shape as ``cos``.
+        interleaved: pair ``(2i, 2i+1)`` when True, ``(i, i + d/2)`` when False.
+
+    Returns:
+        ``(..., N, d)`` in the dtype of ``X`` (computed in the dtype of ``cos``).
 
     Lesson: 08_rope.
     """
+    if not nested_call():
+        check_tensor("X", X, min_dim=1)
+        check_even("X.shape[-1]", X.shape[-1], "RoPE rotates coordinates in pairs")
+    d = X.shape[-1]
+    Xw = X.to(cos.dtype)
+    x, y = (Xw[..., 0::2], Xw[..., 1::2]) if interleaved else (Xw[..., : d // 2], Xw[..., d // 2 :])
+    rx, ry = x * cos - y * sin, x * sin + y * cos  # (..., N, d/2) each: the rotated pairs
+    out = torch.stack((rx, ry), dim=-1).flatten(-2) if interleaved else torch.cat((rx, ry), -1)
+    return out.to(X.dtype)
+
+
+@entry_point
+def rope_cos_sin(
+    positions: torch.Tensor, d: int, *, base: float = 10000.0, dtype: torch.dtype = torch.float32
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cos`` and ``sin`` of every pair's angle ``m * theta_i``, ``(..., N, d/2)`` each.
+
+    Args:
+        positions: ``(..., N)`` positions ``m``.
+        d: rotated width (even).
+        base: RoPE base.
+        dtype: dtype of the results (the angles themselves are float64).
+
+    Returns:
+        ``(cos, sin)``, each ``(..., N, d/2)`` in ``dtype``.
+
+    Lesson: 08_rope.
+    """
+    _check_angle_inputs(positions, d, base)
     angles = rope_angles(positions, d, base=base)  # (..., N, d/2), float64
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
-def _rope_cos_sin_range(
-    start: int, n: int, d: int, *, base: float, dtype: torch.dtype, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`rope_cos_sin` of positions ``start .. start + n - 1``, sliced from a table.
+@entry_point
+def rope_angles(positions: torch.Tensor, d: int, *, base: float = 10000.0) -> torch.Tensor:
+    """Angles ``positions[..., None] * theta`` of every pair (float64).
 
-    Decoding asks for one new position per step; the table (rows for positions
-    ``0 .. 2^k - 1``, ``2^k >= start + n``) is computed once, exactly as
-    :func:`rope_cos_sin` would, and reused.
+    Args:
+        positions: ``(...)`` integer or float positions.
+        d: rotated width (even).
+        base: RoPE base.
+
+    Returns:
+        ``(..., d/2)`` float64 (float32 on MPS, which has no float64).
+
+    Lesson: 08_rope.
     """
-    length = 1 << max(6, (start + n - 1).bit_length())
-    cos, sin = _cos_sin_table(length, d, base, dtype, torch.device(device))
-    return cos[start : start + n], sin[start : start + n]
+    _check_angle_inputs(positions, d, base)
+    theta = rope_frequencies(d, base=base, device=positions.device)  # (d/2,)
+    return positions.to(theta.dtype)[..., None] * theta
 
 
-@functools.lru_cache(maxsize=32)
-def _cos_sin_table(
-    length: int, d: int, base: float, dtype: torch.dtype, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    return rope_cos_sin(torch.arange(length, device=device), d, base=base, dtype=dtype)
-
-
-def _rotate(
-    X: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool
+@entry_point
+def rope_frequencies(
+    d: int, *, base: float = 10000.0, device: torch.device | str | None = None
 ) -> torch.Tensor:
-    """Turn each pair ``(x, y)`` of ``X`` to ``(x cos - y sin, x sin + y cos)``."""
-    d = X.shape[-1]
-    Xw = X if X.dtype == cos.dtype else X.to(cos.dtype)
-    if interleaved:
-        x, y = Xw[..., 0::2], Xw[..., 1::2]
-    else:
-        x, y = Xw[..., : d // 2], Xw[..., d // 2 :]
-    rx, ry = x * cos - y * sin, x * sin + y * cos
-    if interleaved:
-        out = torch.stack((rx, ry), dim=-1).flatten(-2)
-    else:
-        out = torch.cat((rx, ry), dim=-1)
-    return out if out.dtype == X.dtype else out.to(X.dtype)
+    """The ``d/2`` angular frequencies ``theta_i = base^(-2i/d)``, ``i = 0 .. d/2 - 1`` (float64).
+
+    Args:
+        d: rotated width (even).
+        base: RoPE base (10,000 in RoFormer; 500,000 in Llama 3).
+        device: where to build them.
+
+    Returns:
+        ``(d/2,)`` float64 (float32 on MPS), from 1 down to ``base^(-(d-2)/d)``.
+
+    Example:
+        >>> rope_frequencies(4, base=100.0)
+        tensor([1.0000, 0.1000], dtype=torch.float64)
+
+    Lesson: 08_rope.
+    """
+    if not nested_call():
+        _check_width(d)
+        check_positive_float("base", base)
+    device = torch.device("cpu") if device is None else torch.device(device)
+    # Angles in float64 keep m * theta accurate at large positions; MPS has no float64.
+    dtype = torch.float32 if device.type == "mps" else torch.float64
+    i = torch.arange(d // 2, dtype=dtype, device=device)
+    return float(base) ** (-2.0 * i / d)
+
+
+@entry_point
+def rope_positions(
+    positions: torch.Tensor | None,
+    n: int,
+    *,
+    start: int = 0,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Positions for per-head tensors ``(..., H, N, d)``: ``(N,)``, or ``(B, 1, N)`` per sequence.
+
+    An attention module takes ``positions`` as ``(N,)`` or ``(B, N)``; the head axis is
+    inserted here so they broadcast against ``(B, H, N, d)``. ``None`` means the next
+    ``n`` positions after ``start`` tokens (a cache's ``n_tokens``).
+
+    Args:
+        positions: ``(N,)``, ``(B, N)`` or None.
+        n: ``N``, the number of new tokens.
+        start: the first default position.
+        device: where the default positions are built.
+
+    Returns:
+        ``(N,)`` or ``(B, 1, N)``.
+
+    Example:
+        >>> rope_positions(None, 3, start=5)
+        tensor([5, 6, 7])
+
+    Lesson: 08_rope.
+    """
+    if positions is None:
+        return torch.arange(start, start + n, device=device)
+    positions = torch.as_tensor(positions, device=device)
+    return positions if positions.dim() == 1 else positions[:, None, :]
 
 
 def rope_matrix(
@@ -244,9 +254,7 @@ def rope_matrix(
 
     Lesson: 08_rope.
     """
-    check_positive_int("d", d)
-    check_even("d", d, "RoPE rotates coordinates in pairs")
-    angles = float(position) * rope_frequencies(d, base=base)
+    angles = float(position) * rope_frequencies(d, base=base)  # (d/2,)
     R = torch.zeros(d, d, dtype=torch.float64)
     for i, a in enumerate(angles.tolist()):
         p, q = (2 * i, 2 * i + 1) if interleaved else (i, i + d // 2)
@@ -272,8 +280,44 @@ def rope_permutation(d: int) -> torch.Tensor:
     Returns:
         ``(d,)`` long tensor.
 
+    Example:
+        >>> rope_permutation(6)
+        tensor([0, 2, 4, 1, 3, 5])
+
     Lesson: 08_rope.
     """
+    _check_width(d)
+    return torch.cat((torch.arange(0, d, 2), torch.arange(1, d, 2)))
+
+
+def _work_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Rotations of half-precision tensors are computed in float32."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _check_width(d: object) -> None:
     check_positive_int("d", d)
     check_even("d", d, "RoPE rotates coordinates in pairs")
-    return torch.cat((torch.arange(0, d, 2), torch.arange(1, d, 2)))
+
+
+def _check_angle_inputs(positions: object, d: object, base: object) -> None:
+    if nested_call():
+        return
+    check_tensor("positions", positions, min_dim=0, floating=False)
+    _check_width(d)
+    check_positive_float("base", base)
+
+
+def _check_rope_inputs(X: object, positions: object, base: object, interleaved: object) -> None:
+    if nested_call():
+        return
+    check_tensor("X", X, min_dim=2)
+    check_even("X.shape[-1]", X.shape[-1], "RoPE rotates coordinates in pairs")
+    check_positive_float("base", base)
+    check_bool("interleaved", interleaved)
+    shape = tuple(as_positions(positions, X.device).shape)
+    if not broadcasts_to(shape, X.shape[:-1]):
+        raise ValueError(
+            f"positions must broadcast to X.shape[:-1] = {tuple(X.shape[:-1])} "
+            f"(one position per row of X); got shape {shape}"
+        )

@@ -14,12 +14,26 @@ from attnlib import (
     KVCache,
     MultiHeadAttention,
     MultiQueryAttention,
-    apply_rope,
     causal_mask,
     grouped_query_attention,
     key_padding_mask,
 )
 from attnlib.memory import kv_cache_bytes
+
+
+def _rotate_half(x):
+    """Hugging Face Llama's helper: (x1, x2) -> (-x2, x1) on the two halves of the last axis."""
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def _hf_rope(x, positions, base):
+    """``x * cos + rotate_half(x) * sin`` with ``inv_freq = 1 / base^(2i/d)``, as in HF Llama."""
+    d = x.shape[-1]
+    inv_freq = 1.0 / base ** (torch.arange(0, d, 2, dtype=torch.float64, device=x.device) / d)
+    freqs = positions.to(torch.float64)[:, None] * inv_freq[None, :]  # (N, d/2)
+    emb = torch.cat((freqs, freqs), dim=-1)  # (N, d): the same angle on both halves
+    return x * emb.cos().to(x.dtype) + _rotate_half(x) * emb.sin().to(x.dtype)
 
 
 def _per_head_loop(module, X, X_KV=None, allowed=None, positions=None):
@@ -34,8 +48,8 @@ def _per_head_loop(module, X, X_KV=None, allowed=None, positions=None):
         K_g = X_KV @ module.W_K[:, g * d : (g + 1) * d]
         V_g = X_KV @ module.W_V[:, g * d : (g + 1) * d]
         if positions is not None:
-            Q_h = apply_rope(Q_h, positions, base=module.rope_base)
-            K_g = apply_rope(K_g, positions, base=module.rope_base)
+            Q_h = _hf_rope(Q_h, positions, module.rope_base)
+            K_g = _hf_rope(K_g, positions, module.rope_base)
         logits = Q_h @ K_g.transpose(-2, -1) / d**0.5
         if allowed is not None:
             logits = logits.masked_fill(~allowed, float("-inf"))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlib import kv_head_index, merge_heads, repeat_kv, split_heads
+from attnlib import merge_heads, repeat_kv, split_heads
+from attnlib.heads import kv_head_index
 
 
 def test_split_heads_takes_column_blocks(gen):

@@ -10,7 +10,6 @@ tests/test_gqa.py.
 
 from __future__ import annotations
 
-import doctest
 import math
 
 import pytest
@@ -18,7 +17,6 @@ import torch
 import torch.nn.functional as F
 from attnlib_testing import tolerances
 
-import attnlib.layers as layers
 from attnlib.cache import KVCache, LatentCache
 from attnlib.layers import FeedForward, TinyDecoder, TransformerBlock
 from attnlib.masks import key_padding_mask
@@ -128,11 +126,6 @@ def test_mlp_matches_torch_linear_layers(gen, kind):
         net[2].bias.copy_(ffn.b_2)
     x = torch.randn(3, 4, 6, generator=gen, dtype=F64)
     torch.testing.assert_close(ffn(x), net(x))
-
-
-def test_docstring_examples_run():
-    result = doctest.testmod(layers, extraglobs={"torch": torch})
-    assert result.attempted > 0 and result.failed == 0
 
 
 # --- transformer block -----------------------------------------------------------------

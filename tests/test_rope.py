@@ -9,7 +9,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnlib import apply_rope, rope_frequencies, rope_matrix, rope_permutation
+import attnlib.rope
+from attnlib import GroupedQueryAttention, KVCache, MultiHeadLatentAttention, apply_rope
+from attnlib.rope import rope_frequencies, rope_matrix, rope_permutation
 
 
 def _explicit_rope(x, m, base, interleaved):
@@ -136,3 +138,27 @@ def test_property_relative_position(half, m, n, base, interleaved, seed):
     kn = apply_rope(k[None], torch.tensor([n]), base=base, interleaved=interleaved)[0]
     k_rel = apply_rope(k[None], torch.tensor([n - m]), base=base, interleaved=interleaved)[0]
     torch.testing.assert_close(torch.dot(qm, kn), torch.dot(q, k_rel), atol=1e-9, rtol=1e-9)
+
+
+def test_inference_mode_first_then_a_training_step():
+    """Tables made under inference_mode must not leak into a later forward with autograd."""
+    gqa = GroupedQueryAttention(16, 4, 2, 4, rope_base=10000.0)
+    mla = MultiHeadLatentAttention(16, 4, 4, 6, d_rope=4)
+    X = torch.randn(2, 6, 16)
+    with torch.inference_mode():
+        for module in (gqa, mla):
+            module(X, causal=True)
+            cache = KVCache() if module is gqa else None
+            module(X[:, :3], causal=True, cache=cache)
+        apply_rope(X, torch.arange(6))
+    for module in (gqa, mla):
+        loss = module(X, causal=True).square().sum() + apply_rope(X, torch.arange(6)).sum()
+        loss.backward()
+        assert all(p.grad is not None and torch.isfinite(p.grad).all()
+                   for p in module.parameters())
+
+
+def test_no_process_wide_table_cache():
+    """cos/sin are computed per call: no function of attnlib.rope memoises its results."""
+    cached = [name for name, f in vars(attnlib.rope).items() if hasattr(f, "cache_info")]
+    assert cached == []
