@@ -1,0 +1,328 @@
+"""attnlib against Hugging Face's attention modules: ``LlamaAttention`` and ``DeepseekV3Attention``.
+
+Each test builds a tiny random configuration (nothing is downloaded), instantiates the
+Hugging Face module directly, and ports its weights into attnlib. attnlib multiplies from
+the right, so ``W_Q = q_proj.weight.T`` and so on. The outputs must agree to float32
+precision.
+
+Hugging Face runs its ``"eager"`` attention (an explicit softmax), fed an additive 4-D
+causal mask built here: ``0`` where a query may attend, the most negative float32
+elsewhere. That is what ``eager_attention_forward`` adds to the logits. The last test
+compares a whole ``TinyDecoder`` with ``LlamaForCausalLM``, which builds its own mask.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.testing import assert_close
+from transformers import DeepseekV3Config, DynamicCache, LlamaConfig, LlamaForCausalLM
+from transformers.models.deepseek_v3.modeling_deepseek_v3 import (
+    DeepseekV3Attention,
+    DeepseekV3RotaryEmbedding,
+)
+from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
+
+from attnlib import (
+    GroupedQueryAttention,
+    KVCache,
+    LatentCache,
+    MultiHeadLatentAttention,
+    TinyDecoder,
+)
+
+# rtol 2e-5 is the target precision. atol covers entries that come out near zero through
+# cancellation: such an entry sums terms of size ~0.1 to 1 with float32 rounding
+# (eps = 1.2e-7) in each, so its absolute error is a few 1e-7 while its relative error is
+# unbounded. 1e-6 is about 8 float32 ulps of 1.0, a few times the largest absolute
+# difference seen here (3e-7) and far below the outputs' size (entries up to ~1).
+TOL = {"rtol": 2e-5, "atol": 1e-6}
+BATCH, N_TOKENS, N_PREFILL = 2, 9, 5
+ROPE_THETA = 10000.0
+
+
+def additive_causal_mask(n_q: int, n_kv: int, device: torch.device) -> torch.Tensor:
+    """``(1, 1, n_q, n_kv)``: 0 where query ``i`` may see key ``j``, float32 min elsewhere.
+
+    Bottom-right aligned: the queries are the last ``n_q`` of ``n_kv`` tokens, so query
+    ``i`` sees keys ``j <= i + n_kv - n_q``.
+    """
+    allowed = torch.ones(n_q, n_kv, dtype=torch.bool, device=device).tril(n_kv - n_q)
+    mask = torch.zeros(n_q, n_kv, device=device).masked_fill(~allowed, torch.finfo().min)
+    return mask[None, None]
+
+
+def position_ids(start: int, n: int, device: torch.device) -> torch.Tensor:
+    return torch.arange(start, start + n, device=device).expand(BATCH, n)
+
+
+# ---------------------------------------------------------------------------------------
+# Llama: grouped-query attention with RoPE
+# ---------------------------------------------------------------------------------------
+
+LLAMA = {"hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8}
+
+
+def half_split_to_interleaved(d: int) -> torch.Tensor:
+    """Source columns that rewrite one head's half-split layout in the interleaved one.
+
+    Half-split RoPE (Hugging Face) rotates the pair ``(i, i + d/2)`` by ``theta_i``;
+    interleaved RoPE (Meta's original code) rotates ``(2i, 2i + 1)`` by ``theta_i``. The
+    same rotation in the other layout therefore needs column ``2i`` to hold half-split
+    column ``i`` and column ``2i + 1`` to hold column ``i + d/2``:
+    ``(0, d/2, 1, d/2 + 1, ..., d/2 - 1, d - 1)``. Queries and keys move together, so
+    every dot product, and hence every logit, is unchanged.
+    """
+    i = torch.arange(d // 2)
+    return torch.stack((i, i + d // 2), dim=-1).flatten()
+
+
+def permute_columns(W: torch.Tensor, n_heads: int, src: torch.Tensor) -> torch.Tensor:
+    """Reorder the columns of each head's block of ``W (d_in, n_heads * d)`` by ``src``."""
+    d_in, width = W.shape
+    return W.reshape(d_in, n_heads, width // n_heads)[..., src].reshape(d_in, width)
+
+
+def meta_to_hf(w: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """``permute`` of Hugging Face's ``convert_llama_weights_to_hf.py``, on ``(out, in)``."""
+    dim1, dim2 = w.shape
+    return w.view(n_heads, dim1 // n_heads // 2, 2, dim2).transpose(1, 2).reshape(dim1, dim2)
+
+
+def llama(device: torch.device) -> tuple[LlamaConfig, LlamaAttention, LlamaRotaryEmbedding]:
+    config = LlamaConfig(**LLAMA, rope_theta=ROPE_THETA, attn_implementation="eager")
+    hf = LlamaAttention(config, layer_idx=0).to(device).eval()
+    return config, hf, LlamaRotaryEmbedding(config).to(device)
+
+
+def port_llama(
+    hf: LlamaAttention, config: LlamaConfig, src: torch.Tensor | None = None
+) -> GroupedQueryAttention:
+    """attnlib GQA with ``hf``'s weights; with ``src``, in the interleaved RoPE layout."""
+    H, G = config.num_attention_heads, config.num_key_value_heads
+    attn = GroupedQueryAttention(
+        config.hidden_size, H, G, config.head_dim, rope_base=ROPE_THETA,
+        rope_interleaved=src is not None, device=hf.q_proj.weight.device,
+    )
+    W_Q, W_K = hf.q_proj.weight.T, hf.k_proj.weight.T  # (d_in, H d_head), (d_in, G d_head)
+    if src is not None:
+        W_Q, W_K = permute_columns(W_Q, H, src), permute_columns(W_K, G, src)
+    with torch.no_grad():
+        attn.W_Q.copy_(W_Q)
+        attn.W_K.copy_(W_K)
+        attn.W_V.copy_(hf.v_proj.weight.T)
+        attn.W_O.copy_(hf.o_proj.weight.T)
+    return attn
+
+
+def run_llama(
+    hf: LlamaAttention, rotary: LlamaRotaryEmbedding, X: torch.Tensor, start: int = 0,
+    cache: DynamicCache | None = None,
+) -> torch.Tensor:
+    """Hugging Face's causal forward of ``X``, the tokens at positions ``start, start + 1, ...``."""
+    n = X.shape[-2]
+    cos_sin = rotary(X, position_ids(start, n, X.device))
+    mask = additive_causal_mask(n, start + n, X.device)
+    return hf(X, position_embeddings=cos_sin, attention_mask=mask, cache=cache)[0]
+
+
+@torch.no_grad()
+def test_llama_attention_half_split(device):
+    config, hf, rotary = llama(device)
+    attn = port_llama(hf, config)  # Hugging Face's rotate_half pairs (i, i + d/2)
+    X = torch.randn(BATCH, N_TOKENS, config.hidden_size, device=device)
+    Y_hf = run_llama(hf, rotary, X)
+    assert_close(attn(X, causal=True), Y_hf, **TOL)
+    assert_close(attn(X, causal=True, impl="explicit"), Y_hf, **TOL)
+
+
+@torch.no_grad()
+def test_llama_attention_interleaved_through_the_column_permutation(device):
+    config, hf, rotary = llama(device)
+    H, d = config.num_attention_heads, config.head_dim
+    src = half_split_to_interleaved(d)
+    # The permutation is the inverse of the one Hugging Face's Meta -> HF conversion
+    # applies to the rows of q_proj.weight: converting the interleaved weights back
+    # must give Hugging Face's weights exactly.
+    W_Q_meta = permute_columns(hf.q_proj.weight.T, H, src)
+    assert torch.equal(meta_to_hf(W_Q_meta.T, H), hf.q_proj.weight)
+
+    X = torch.randn(BATCH, N_TOKENS, config.hidden_size, device=device)
+    Y_hf = run_llama(hf, rotary, X)
+    assert_close(port_llama(hf, config, src)(X, causal=True), Y_hf, **TOL)
+    # With d = 8 the permutation is not its own inverse: the other direction and the
+    # identity both pair the wrong coordinates and miss by far more than the tolerance.
+    for wrong in (torch.argsort(src), torch.arange(d)):
+        assert not torch.equal(wrong, src)
+        Y_wrong = port_llama(hf, config, wrong)(X, causal=True)
+        assert (Y_wrong - Y_hf).abs().max() > 1e3 * TOL["atol"]
+
+
+@pytest.mark.parametrize("interleaved", [False, True], ids=["half_split", "interleaved"])
+@torch.no_grad()
+def test_llama_attention_cached(device, interleaved):
+    """Prefill, then one token at a time: attnlib's KVCache against a DynamicCache."""
+    config, hf, rotary = llama(device)
+    assert config.num_key_value_heads < config.num_attention_heads  # grouped, not MHA
+    src = half_split_to_interleaved(config.head_dim) if interleaved else None
+    attn = port_llama(hf, config, src)
+    X = torch.randn(BATCH, N_TOKENS, config.hidden_size, device=device)
+    hf_cache, cache = DynamicCache(config=config), KVCache()
+    pieces = [(0, N_PREFILL)] + [(t, t + 1) for t in range(N_PREFILL, N_TOKENS)]
+    outputs = []
+    for a, b in pieces:
+        Y_hf = run_llama(hf, rotary, X[:, a:b], start=a, cache=hf_cache)
+        Y = attn(X[:, a:b], causal=True, cache=cache)
+        assert_close(Y, Y_hf, **TOL)
+        outputs.append(Y)
+    assert cache.n_tokens == hf_cache.get_seq_length() == N_TOKENS
+    assert_close(torch.cat(outputs, dim=1), run_llama(hf, rotary, X), **TOL)
+
+
+# ---------------------------------------------------------------------------------------
+# DeepSeek-V3: multi-head latent attention with decoupled RoPE
+# ---------------------------------------------------------------------------------------
+
+DEEPSEEK = {
+    "hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 4,
+    "kv_lora_rank": 10, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 6,
+}
+
+
+def deepseek(
+    device: torch.device, q_lora_rank: int | None, rope_interleave: bool = True
+) -> tuple[DeepseekV3Config, DeepseekV3Attention, DeepseekV3RotaryEmbedding]:
+    config = DeepseekV3Config(
+        **DEEPSEEK, q_lora_rank=q_lora_rank, rope_interleave=rope_interleave,
+        rope_theta=ROPE_THETA, attn_implementation="eager",
+    )
+    hf = DeepseekV3Attention(config, layer_idx=0).to(device).eval()
+    with torch.no_grad():  # the RMSNorm gains start at 1; random gains test their mapping
+        for norm in (hf.kv_a_layernorm, hf.q_a_layernorm):
+            if norm is not None:
+                norm.weight.uniform_(0.5, 1.5)
+    # No rope_scaling, hence no YaRN mscale: the softmax scale is 1/sqrt(d_head + d_R).
+    assert hf.scaling == pytest.approx(1 / math.sqrt(config.qk_head_dim), rel=1e-12)
+    return config, hf, DeepseekV3RotaryEmbedding(config).to(device)
+
+
+def port_deepseek(hf: DeepseekV3Attention, config: DeepseekV3Config) -> MultiHeadLatentAttention:
+    """attnlib MLA with ``hf``'s weights.
+
+    Hugging Face packs per head ``[nope | rope]`` query columns (``q_proj`` or
+    ``q_b_proj``), ``[L | k_R]`` in ``kv_a_proj_with_mqa`` and per head ``[K | V]``
+    columns in ``kv_b_proj``; attnlib keeps each part in its own matrix.
+    """
+    H, d_L = config.num_attention_heads, config.kv_lora_rank
+    d_head, d_R, d_v = config.qk_nope_head_dim, config.qk_rope_head_dim, config.v_head_dim
+    # DeepSeek's rope_interleave rotates the pairs (2i, 2i + 1) of the projected rotary
+    # part (apply_rotary_pos_emb_interleave); without it, rotate_half's (i, i + d_R/2).
+    mla = MultiHeadLatentAttention(
+        config.hidden_size, H, d_head, d_L, d_latent_q=config.q_lora_rank, d_rope=d_R,
+        d_v=d_v, latent_norm=True, rope_base=ROPE_THETA,
+        rope_interleaved=config.rope_interleave, device=hf.o_proj.weight.device,
+    )
+    q_proj = hf.q_proj if config.q_lora_rank is None else hf.q_b_proj
+    W_q = q_proj.weight.T.reshape(-1, H, d_head + d_R)  # (d_Q, H, d_head + d_R)
+    W_kv_a = hf.kv_a_proj_with_mqa.weight.T  # (d_in, d_L + d_R)
+    W_kv_b = hf.kv_b_proj.weight.T.reshape(d_L, H, d_head + d_v)  # (d_L, H, d_head + d_v)
+    with torch.no_grad():
+        mla.W_LQQ.copy_(W_q[..., :d_head].reshape(-1, H * d_head))
+        mla.W_QR.copy_(W_q[..., d_head:].reshape(-1, H * d_R))
+        if config.q_lora_rank is not None:
+            mla.W_LQ.copy_(hf.q_a_proj.weight.T)
+            mla.g_LQ.copy_(hf.q_a_layernorm.weight)
+        mla.W_L.copy_(W_kv_a[:, :d_L])
+        mla.W_KR.copy_(W_kv_a[:, d_L:])
+        mla.g_L.copy_(hf.kv_a_layernorm.weight)
+        mla.W_LK.copy_(W_kv_b[..., :d_head].reshape(d_L, H * d_head))
+        mla.W_LV.copy_(W_kv_b[..., d_head:].reshape(d_L, H * d_v))
+        mla.W_O.copy_(hf.o_proj.weight.T)
+    return mla
+
+
+def run_deepseek(
+    hf: DeepseekV3Attention, rotary: DeepseekV3RotaryEmbedding, X: torch.Tensor, start: int = 0,
+    cache: DynamicCache | None = None,
+) -> torch.Tensor:
+    n = X.shape[-2]
+    cos_sin = rotary(X, position_ids(start, n, X.device))
+    mask = additive_causal_mask(n, start + n, X.device)
+    return hf(X, position_embeddings=cos_sin, attention_mask=mask, cache=cache)[0]
+
+
+Q_LORA = pytest.mark.parametrize("q_lora_rank", [12, None], ids=["q_latent", "no_q_latent"])
+ABSORBED = pytest.mark.parametrize("absorbed", [False, True], ids=["naive", "absorbed"])
+
+
+@Q_LORA
+@ABSORBED
+@pytest.mark.parametrize("rope_interleave", [True, False], ids=["interleave", "rotate_half"])
+@torch.no_grad()
+def test_deepseek_v3_attention(device, q_lora_rank, absorbed, rope_interleave):
+    config, hf, rotary = deepseek(device, q_lora_rank, rope_interleave)
+    mla = port_deepseek(hf, config)
+    X = torch.randn(BATCH, N_TOKENS, config.hidden_size, device=device)
+    assert_close(mla(X, causal=True, absorbed=absorbed), run_deepseek(hf, rotary, X), **TOL)
+
+
+@Q_LORA
+@ABSORBED
+@torch.no_grad()
+def test_deepseek_v3_attention_cached(device, q_lora_rank, absorbed):
+    """Prefill, then one token at a time: attnlib's LatentCache against a DynamicCache."""
+    config, hf, rotary = deepseek(device, q_lora_rank)
+    mla = port_deepseek(hf, config)
+    X = torch.randn(BATCH, N_TOKENS, config.hidden_size, device=device)
+    hf_cache, cache = DynamicCache(config=config), LatentCache()
+    pieces = [(0, N_PREFILL)] + [(t, t + 1) for t in range(N_PREFILL, N_TOKENS)]
+    outputs = []
+    for a, b in pieces:
+        Y_hf = run_deepseek(hf, rotary, X[:, a:b], start=a, cache=hf_cache)
+        Y = mla(X[:, a:b], causal=True, cache=cache, absorbed=absorbed)
+        assert_close(Y, Y_hf, **TOL)
+        outputs.append(Y)
+    # Both caches hold the latent and the one rotated key, d_L + d_R numbers per token.
+    assert cache.n_tokens == hf_cache.get_seq_length() == N_TOKENS
+    assert cache.L.shape[-1] + cache.k_R.shape[-1] == config.kv_lora_rank + config.qk_rope_head_dim
+    assert_close(torch.cat(outputs, dim=1), run_deepseek(hf, rotary, X), **TOL)
+
+
+# ---------------------------------------------------------------------------------------
+# A whole decoder: TinyDecoder against LlamaForCausalLM
+# ---------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def test_tiny_decoder_matches_llama_for_causal_lm(device):
+    """Same weights, same logits: pre-norm RMSNorm blocks, SwiGLU, RoPE, tied embeddings."""
+    V, D, H, G, d_ff = 64, 32, 4, 2, 48
+    model = TinyDecoder(V, D, 2, H, n_kv_heads=G, d_ff=d_ff, rope_base=ROPE_THETA, seed=0,
+                        device=device)
+    config = LlamaConfig(
+        vocab_size=V, hidden_size=D, num_hidden_layers=2, num_attention_heads=H,
+        num_key_value_heads=G, intermediate_size=d_ff, hidden_act="silu", rms_norm_eps=1e-6,
+        rope_theta=ROPE_THETA, tie_word_embeddings=True, attn_implementation="eager",
+    )
+    hf = LlamaForCausalLM(config).to(device).eval()
+    with torch.no_grad():
+        hf.model.embed_tokens.weight.copy_(model.E)  # lm_head shares this tensor
+        hf.model.norm.weight.uniform_(0.5, 1.5)
+        model.final_norm.g.copy_(hf.model.norm.weight)
+        for block, layer in zip(model.blocks, hf.model.layers, strict=True):
+            for norm, hf_norm in ((block.attn_norm, layer.input_layernorm),
+                                  (block.ffn_norm, layer.post_attention_layernorm)):
+                hf_norm.weight.uniform_(0.5, 1.5)
+                norm.g.copy_(hf_norm.weight)
+            attn, mlp = layer.self_attn, layer.mlp
+            for W, linear in ((block.attn.W_Q, attn.q_proj), (block.attn.W_K, attn.k_proj),
+                              (block.attn.W_V, attn.v_proj), (block.attn.W_O, attn.o_proj),
+                              (block.ffn.W_gate, mlp.gate_proj), (block.ffn.W_up, mlp.up_proj),
+                              (block.ffn.W_down, mlp.down_proj)):
+                linear.weight.copy_(W.T)
+    assert hf.lm_head.weight is hf.model.embed_tokens.weight
+    ids = torch.randint(0, V, (BATCH, N_TOKENS), device=device)
+    # Hugging Face builds its own causal mask from the (absent) attention_mask.
+    assert_close(model(ids), hf(input_ids=ids).logits, **TOL)
