@@ -19,12 +19,13 @@ PORT ?= 8000
 # Extra flags for `jupyter-book build`; `make test` passes --all for a full rebuild.
 JB_FLAGS ?=
 
-.PHONY: help book serve lab test clean distclean
+.PHONY: help book serve lab execute test clean distclean
 
 help:
 	@echo "make book       build the static site into $(HTML)"
 	@echo "make serve      build, then serve it at http://127.0.0.1:$(PORT)"
 	@echo "make lab        JupyterLab on the lessons"
+	@echo "make execute    run lessons top to bottom and save their outputs (NB=path for one)"
 	@echo "make test       ruff, pytest, nbval, book build, standalone lessons, browser, actionlint"
 	@echo "make clean      remove $(BUILD) and caches (distclean: also .venv and node_modules)"
 
@@ -62,11 +63,17 @@ lab: $(VENV_STAMP)
 	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=. \
 	  --LabApp.default_url=/lab/tree/lessons $(ALLOW_ROOT)
 
+# Lessons are committed executed; NB=lessons/NN_slug.ipynb runs one, the default runs all.
+execute: $(VENV_STAMP)
+	$(BIN)/python tests/execute_lessons.py $(NB)
+
 test: $(VENV_STAMP) $(NPM_STAMP)
 	@echo "== ruff"
 	$(BIN)/ruff check .
 	@echo "== attnlib tests and book source checks"
 	$(BIN)/python -m pytest tests/ --ignore=tests/book/site
+	@echo "== attnlib docstring examples (doctests)"
+	$(BIN)/python -m pytest --doctest-modules attnlib
 	@echo "== lessons against their committed outputs (nbval)"
 	$(BIN)/python -m pytest --nbval --nbval-current-env \
 	  --nbval-sanitize-with tests/nbval_sanitize.cfg lessons/

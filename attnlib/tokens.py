@@ -39,6 +39,7 @@ __all__ = [
     "WordTokenizer",
     "embed",
     "row_cosines",
+    "tokens_per_word",
 ]
 
 PAD = "<pad>"
@@ -499,6 +500,32 @@ def row_cosines(E: torch.Tensor) -> torch.Tensor:
     C = U @ U.T  # (N_T, N_T)
     i, j = torch.triu_indices(E.shape[0], E.shape[0], offset=1, device=E.device)
     return C[i, j]
+
+
+def tokens_per_word(tokenizer: _VocabTokenizer, text: str) -> float:
+    """Average sequence cost of a word: ``len(tokenizer.encode(text)) / #words``.
+
+    A word is a run of letters, digits or underscores (``\\w+``); punctuation and spaces
+    cost tokens but are not words, so a character tokenizer pays for them too.
+
+    Args:
+        tokenizer: any tokenizer of this module.
+        text: a text with at least one word.
+
+    Returns:
+        float: tokens per word.
+
+    Example:
+        >>> tokens_per_word(CharTokenizer.fit("ab cd"), "ab cd")
+        2.5
+
+    Lesson: 00_tokens_and_embeddings.
+    """
+    _check_text("text", text)
+    n_words = len(re.findall(r"\w+", text))
+    if n_words == 0:
+        raise ValueError(f"text must contain at least one word; got {text!r}")
+    return len(tokenizer.encode(text)) / n_words
 
 
 def _merge(ids: list[int], pair: tuple[int, int], new: int) -> list[int]:

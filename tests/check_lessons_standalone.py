@@ -2,10 +2,11 @@
 
 For each lesson: copy the notebook alone into an empty temporary folder, then execute it top to
 bottom with nbclient, in a kernel whose Python has attnlib installed from a wheel of this
-repository plus what Colab ships (torch, numpy, plotly, ipywidgets, a Jupyter kernel), with
-the temporary folder as working directory, no PYTHONPATH and no user or IPython
-configuration. A lesson that reads a repository file, or relies on anything attnlib does not
-install, fails here.
+repository plus what Colab ships (torch, numpy, pandas, plotly, ipywidgets, a Jupyter
+kernel), with the temporary folder as working directory, no PYTHONPATH and no user or
+IPython configuration. A lesson that reads a repository file, or relies on anything attnlib
+does not install, fails here. attnlib's own dependencies (pyproject.toml) must all be among
+what Colab ships: `pip check` in the environment fails otherwise, naming the package.
 
 The environment lives in _build/standalone-venv and is rebuilt only when the pins change
 (pip's cache makes that fast); attnlib is rebuilt and reinstalled on every run.
@@ -29,8 +30,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_DIR = REPO / "_build" / "standalone-venv"
-# What Colab ships that the lessons use, at the versions requirements.txt pins...
-COLAB_PACKAGES = ("torch", "numpy", "plotly", "ipywidgets", "ipykernel")
+# What Colab ships that attnlib and the lessons use, at the versions requirements.txt pins...
+COLAB_PACKAGES = ("torch", "numpy", "pandas", "plotly", "ipywidgets", "ipykernel")
 # ...and the executor, at the versions installed next to this script.
 RUNNER_PACKAGES = ("nbclient", "nbformat")
 CELL_TIMEOUT_S = 300
@@ -88,7 +89,12 @@ def _ensure_venv(pins: list[str]) -> Path:
 
 
 def _install_attnlib(python: Path, workdir: Path) -> None:
-    """Build a wheel of the repository and install it (not editable) into the venv."""
+    """Build a wheel of the repository and install it (not editable) into the venv.
+
+    The wheel goes in without its dependencies, so nothing is fetched; `pip check` then
+    fails when pyproject.toml asks for a package (or a version) that the environment, that
+    is Colab's packages, does not provide.
+    """
     wheels = workdir / "wheels"
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", wheels, REPO],
@@ -99,6 +105,14 @@ def _install_attnlib(python: Path, workdir: Path) -> None:
         [python, "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall", wheel],
         check=True,
     )
+    result = subprocess.run(
+        [python, "-m", "pip", "check"], capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise SystemExit(
+            "attnlib needs a package the standalone environment lacks; add it to "
+            f"COLAB_PACKAGES (and requirements.txt) if Colab ships it:\n{result.stdout}"
+        )
 
 
 def _clean_env(python: Path, home: Path) -> dict[str, str]:

@@ -24,6 +24,7 @@ from attnlib.tokens import (
     WordTokenizer,
     embed,
     row_cosines,
+    tokens_per_word,
 )
 
 # ---------------------------------------------------------------------------------------
@@ -288,3 +289,16 @@ def test_row_cosines_on_device_and_errors(device):
         row_cosines(torch.tensor([[1.0, 0.0], [0.0, 0.0]]))
     with pytest.raises(ValueError, match="N_T >= 2"):
         row_cosines(torch.ones(1, 3))
+
+
+# ---------------------------------------------------------------------------------------
+# tokens_per_word
+
+
+def test_tokens_per_word_counts_tokens_over_regex_words():
+    words = len(re.findall(r"[A-Za-z0-9_]+", HELD_OUT))  # ASCII text
+    assert tokens_per_word(CharTokenizer.fit(CORPUS), HELD_OUT) == len(HELD_OUT) / words
+    pieces = re.findall(r"[A-Za-z0-9_]+|[^A-Za-z0-9_\s]", HELD_OUT)
+    assert tokens_per_word(WordTokenizer.fit(CORPUS), HELD_OUT) == len(pieces) / words
+    with pytest.raises(ValueError, match="at least one word"):
+        tokens_per_word(CharTokenizer.fit("a"), " .")

@@ -8,16 +8,17 @@ Two jobs, both for the HTML builders:
    the JSON into the page inside a ``<script type="application/vnd.plotly.v1+json">`` block;
    ``static/render-plotly.js`` draws it with ``plotly.min.js`` copied from the installed
    plotly package, so the figure, its sliders and its frames work without a kernel.
-2. Vendored files. MathJax and the ipywidgets embedder come from ``node_modules``
-   (``npm ci`` against the committed ``package-lock.json``). They are copied into
-   ``<outdir>/_vendor/``, not ``_static/``: Jupyter Book adds every ``.js`` file found in
-   a static folder to every page, and these are only needed where math, widgets or figures
-   appear. The book's own files in ``static/`` (the plotly drawer, a MathJax bridge for
-   the widget embedder, ``site.css``) go there too.
+2. Vendored files. MathJax comes from ``node_modules`` (``npm ci`` against the committed
+   ``package-lock.json``). It is copied into ``<outdir>/_vendor/``, not ``_static/``:
+   Jupyter Book adds every ``.js`` file found in a static folder to every page, and MathJax
+   and plotly.js are only needed where math or figures appear. The book's own files in
+   ``static/`` (the plotly drawer, ``site.css``) go there too.
 
-Configuration (``_config.yml``, ``sphinx.config``): ``mathjax_path`` and
-``nb_ipywidgets_js`` must point into ``_vendor``; the build stops with an error when either
-names a remote URL or a file that was not copied.
+Configuration (``_config.yml``, ``sphinx.config``): ``mathjax_path`` must point into
+``_vendor``. The site needs no widget embedder (a live explorer shows its code and the
+plotly twin below it does the work), so ``nb_ipywidgets_js`` is empty; any script named
+there must be a file of this build, and the build stops with an error on a remote URL,
+such as myst-nb's default require.js and embed-amd.js from CDNs.
 """
 
 from __future__ import annotations
@@ -44,15 +45,8 @@ STATIC_DIR = Path(__file__).parent / "static"
 # What to copy from node_modules: (package folder, entries inside it, destination folder).
 # MathJax: the SVG bundle with every TeX extension, plus the folders it loads lazily from
 # its own location (the context menu, accessibility, speech rules), and its licence.
-# ipywidgets: the standalone embedder (no require.js), the icon fonts it references in the
-# formats current browsers load (woff2, woff; not eot, ttf or svg), and its licence notice.
 NPM_ASSETS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("mathjax", ("es5/tex-svg-full.js", "es5/ui", "es5/a11y", "es5/sre", "LICENSE"), "mathjax"),
-    (
-        "@jupyter-widgets/html-manager",
-        ("dist/embed.js", "dist/embed.js.LICENSE.txt", "dist/*.woff2", "dist/*.woff"),
-        "jupyter-widgets",
-    ),
 )
 
 logger = logging.getLogger(__name__)
@@ -129,7 +123,7 @@ def _local_target(config_name: str, uri: str, outdir: Path) -> None:
 
 
 def copy_vendored_assets(app: Sphinx) -> None:
-    """Copy MathJax, the ipywidgets embedder and plotly.js into ``<outdir>/_vendor``."""
+    """Copy MathJax, plotly.js and the book's own scripts into ``<outdir>/_vendor``."""
     if app.builder.name not in HTML_BUILDERS:
         return
     outdir = Path(app.outdir)
@@ -153,10 +147,6 @@ def copy_vendored_assets(app: Sphinx) -> None:
     plotly_js = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
     _copy(plotly_js, vendor / "plotly" / "plotly.min.js")
     _copy(STATIC_DIR / "render-plotly.js", vendor / "plotly" / "render-plotly.js")
-    _copy(
-        STATIC_DIR / "widgets-mathjax-bridge.js",
-        vendor / "jupyter-widgets" / "widgets-mathjax-bridge.js",
-    )
     _copy(STATIC_DIR / "site.css", vendor / "book" / "site.css")
 
     # Pages link the favicon from _static/; the redirect page Jupyter Book writes at the
@@ -167,7 +157,7 @@ def copy_vendored_assets(app: Sphinx) -> None:
     _local_target("mathjax_path", app.config.mathjax_path, outdir)
     for uri in app.config.nb_ipywidgets_js:
         _local_target("nb_ipywidgets_js", uri, outdir)
-    logger.info("offline_site: copied MathJax, ipywidgets and plotly.js into %s", vendor)
+    logger.info("offline_site: copied MathJax and plotly.js into %s", vendor)
 
 
 def setup(app: Sphinx) -> dict[str, Any]:

@@ -4,6 +4,9 @@ The book root defaults to the repository root; BOOK_ROOT points the checks at an
 Jupyter Book folder (one with _config.yml, _toc.yml, lessons/ and _build/html). The checks
 in site/ need a built site (`make book`); `make test` builds it and sets
 BOOK_SITE_REQUIRED=1, which turns a missing build into a failure instead of a skip.
+BOOK_SITE_DIR names the built HTML folder when it is not <book root>/_build/html, for a
+build made elsewhere (`jupyter-book build . --path-output DIR` writes DIR/_build/html); the
+build log is then read from the logs/ folder next to it.
 """
 
 from __future__ import annotations
@@ -82,7 +85,7 @@ def lessons(lesson_paths: list[Path]) -> dict[str, nbformat.NotebookNode]:
 
 @pytest.fixture(scope="session")
 def html_dir(book_root: Path) -> Path:
-    html = book_root / "_build" / "html"
+    html = Path(os.environ.get("BOOK_SITE_DIR", book_root / "_build" / "html")).resolve()
     if not (html / "index.html").is_file():
         message = f"the book is not built in {html}: run `make book` first"
         if os.environ.get("BOOK_SITE_REQUIRED") == "1":

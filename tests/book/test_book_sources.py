@@ -2,22 +2,32 @@
 
 The table of contents lists exactly the lessons that exist; every lesson starts with the
 setup cell, which installs attnlib from the URL that drives the Colab buttons; lessons are
-committed executed top to bottom; only live-widget cells skip nbval's output check; figures
-and widgets carry what the static site needs to draw them.
+committed executed top to bottom; only live-explorer cells skip nbval's output check, and on
+the site they show their code, a note and the plotly twin, never a frozen widget; exercises
+render in Jupyter and keep their solutions after all of them.
 """
 
 from __future__ import annotations
 
+import json
 import re
+import sys
 import textwrap
 from pathlib import Path
 
 import nbformat
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
-WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 PLOTLY = "application/vnd.plotly.v1+json"
 IGNORE_MARKER = "# NBVAL_IGNORE_OUTPUT"
+# The markdown cell right after a live explorer, word for word.
+EXPLORER_NOTE = (
+    "In Jupyter or Colab the cell above shows live controls; the figure below works on this page."
+)
+# An opening fence of an exercise or solution directive: (fence, directive name).
+EXERCISE_FENCE = re.compile(
+    r"^\s*(`{3,}|:{3,})\{(exercise|solution|solution-start)\}", re.MULTILINE
+)
 # nbval's other cell markers and tags: the lessons use none of them.
 OTHER_NBVAL_MARKERS = ("NBVAL_SKIP", "NBVAL_CHECK_OUTPUT", "NBVAL_RAISES_EXCEPTION")
 NBVAL_TAGS = ("nbval-ignore-output", "nbval-skip", "nbval-check-output", "raises-exception")
@@ -92,7 +102,8 @@ def test_lessons_are_committed_executed_in_order(lessons: dict) -> None:
         )
 
 
-def test_only_live_widget_cells_ignore_their_output(lessons: dict) -> None:
+def test_only_live_explorer_cells_ignore_their_output(lessons: dict) -> None:
+    """A live explorer needs a kernel; every other output is compared by nbval."""
     for name, notebook in lessons.items():
         for index, cell in enumerate(notebook.cells):
             where = f"{name}, cell {index}"
@@ -100,32 +111,118 @@ def test_only_live_widget_cells_ignore_their_output(lessons: dict) -> None:
                 assert marker not in cell.source, f"{where}: {marker} is not used in lessons"
             tags = set(cell.metadata.get("tags", []))
             assert not tags & set(NBVAL_TAGS), f"{where}: nbval tags {tags & set(NBVAL_TAGS)}"
-            if "NBVAL_IGNORE_OUTPUT" not in cell.source:
+            if cell.cell_type != "code":
                 continue
-            lines = [line.strip() for line in cell.source.splitlines()]
-            assert IGNORE_MARKER in lines, f"{where}: write the marker alone on its line"
-            assert WIDGET_VIEW in _mime_types(cell), (
+            shows_widget = WIDGET_VIEW in _mime_types(cell)
+            if "NBVAL_IGNORE_OUTPUT" not in cell.source and not shows_widget:
+                continue
+            assert cell.source.splitlines()[0] == IGNORE_MARKER, (
+                f"{where}: a cell that shows a live widget starts with the line "
+                f"{IGNORE_MARKER!r}, and no other cell carries it"
+            )
+            assert shows_widget, (
                 f"{where}: only cells that display a live widget may skip the output check"
             )
 
 
-def test_widget_views_have_embedded_state(lessons: dict) -> None:
-    """The static site draws a widget from the state saved in the notebook's metadata."""
+def test_live_explorer_is_code_then_note_then_twin(lessons: dict) -> None:
+    """On the site a live explorer shows its code only; the note and the twin follow it.
+
+    The cell carries the tag remove-output (no frozen copy of the controls on the site), the
+    next cell is the one-line note, and the cell after that draws the plotly twin: a figure
+    with a built-in slider, which works on the static page.
+    """
     for name, notebook in lessons.items():
-        views = [
-            output["data"][WIDGET_VIEW]["model_id"]
-            for cell in _code_cells(notebook)
-            for output in cell.outputs
-            if WIDGET_VIEW in output.get("data", {})
-        ]
-        if not views:
-            continue
-        state = notebook.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
-        missing = [model for model in views if model not in state]
-        assert not missing, (
-            f"{name}: widget state missing for {missing}; execute with nbclient's "
-            "store_widget_state=True (see the README)"
+        cells = notebook.cells
+        for index, cell in enumerate(cells):
+            if cell.cell_type != "code" or IGNORE_MARKER not in cell.source.splitlines()[:1]:
+                continue
+            where = f"{name}, cell {index}"
+            assert "remove-output" in cell.metadata.get("tags", []), (
+                f"{where}: a live explorer cell carries the tag remove-output"
+            )
+            assert index + 2 < len(cells), f"{where}: the note and the twin must follow"
+            note, twin = cells[index + 1], cells[index + 2]
+            assert note.cell_type == "markdown" and note.source.strip() == EXPLORER_NOTE, (
+                f"{name}, cell {index + 1}: the cell after a live explorer is the note "
+                f"{EXPLORER_NOTE!r}"
+            )
+            figures = [
+                output["data"][PLOTLY]
+                for output in twin.get("outputs", [])
+                if PLOTLY in output.get("data", {})
+            ]
+            assert twin.cell_type == "code" and any(
+                figure.get("layout", {}).get("sliders") for figure in figures
+            ), f"{name}, cell {index + 2}: the twin (a plotly figure with a slider) follows"
+
+
+def test_no_widget_state_is_saved(lessons: dict) -> None:
+    """The site draws no widget, so lessons carry no widget state."""
+    for name, notebook in lessons.items():
+        assert "widgets" not in notebook.metadata, (
+            f"{name}: the notebook's metadata holds widget state; execute it without "
+            "store_widget_state (the README's command)"
         )
+
+
+def test_exercises_render_in_jupyter_and_hide_their_solutions(lessons: dict) -> None:
+    """Colon fences render as text and math in Jupyter and Colab; backtick fences show raw.
+
+    Solutions come after all the exercises, so a reader meets none before trying.
+    """
+    for name, notebook in lessons.items():
+        directives = []  # (cell index, directive name) in reading order
+        for index, cell in enumerate(notebook.cells):
+            if cell.cell_type != "markdown":
+                continue
+            for fence, directive in EXERCISE_FENCE.findall(cell.source):
+                assert fence.startswith(":"), (
+                    f"{name}, cell {index}: write {{{directive}}} in a colon fence "
+                    f"(:::{{{directive}}}), not {fence}"
+                )
+                directives.append((index, directive))
+        exercises = [index for index, directive in directives if directive == "exercise"]
+        solutions = [index for index, directive in directives if directive != "exercise"]
+        if exercises and solutions:
+            assert max(exercises) < min(solutions), (
+                f"{name}: a solution (cell {min(solutions)}) comes before the last exercise "
+                f"(cell {max(exercises)}); put every solution after all the exercises"
+            )
+
+
+def _first_solution_cell(notebook: nbformat.NotebookNode) -> int:
+    """Index of the first cell that opens a solution (the cell count when none does)."""
+    for index, cell in enumerate(notebook.cells):
+        if cell.cell_type == "markdown" and any(
+            directive != "exercise" for _, directive in EXERCISE_FENCE.findall(cell.source)
+        ):
+            return index
+    return len(notebook.cells)
+
+
+def test_lessons_check_at_least_two_answers(lessons: dict) -> None:
+    """Two or more exercises end in a check cell, committed with the placeholder answer.
+
+    Check cells among the exercises (before the first solution) must print "not answered
+    yet"; a solution may run the same check on its worked answer.
+    """
+    for name, notebook in lessons.items():
+        checks = [
+            (index, cell)
+            for index, cell in enumerate(notebook.cells[: _first_solution_cell(notebook)])
+            if cell.cell_type == "code" and "exercises.check(" in cell.source
+        ]
+        assert len(checks) >= 2, (
+            f"{name}: {len(checks)} exercise check cells before the solutions; at least two "
+            "exercises end in attnlib.exercises.check(label, answer)"
+        )
+        for index, cell in checks:
+            printed = nbformat.writes(nbformat.from_dict({"outputs": cell.outputs}))
+            assert "not answered yet" in printed, (
+                f"{name}, cell {index}: commit check cells with the placeholder answer "
+                "(they print 'not answered yet'), so no answer shows before the reader tries"
+            )
 
 
 def test_plotly_figures_use_the_plotly_mime_type(lessons: dict) -> None:
@@ -156,8 +253,28 @@ def test_outputs_name_no_machine_paths(lessons: dict) -> None:
 def test_site_loads_nothing_remote(book_config: dict) -> None:
     config = book_config["sphinx"]["config"]
     assert "://" not in config["mathjax_path"]
-    assert all("://" not in path for path in config["nb_ipywidgets_js"])
+    # No widget embedder: an empty dict also replaces myst-nb's default CDN scripts.
+    assert config["nb_ipywidgets_js"] == {}
     launch = book_config["launch_buttons"]
     assert not launch.get("thebe") and not launch.get("binderhub_url")
     assert not book_config["html"]["analytics"]["google_analytics_id"]
     assert book_config["execute"]["execute_notebooks"] == "off"
+
+
+def test_jupyterlab_renders_myst() -> None:
+    """`make lab` renders exercises, notes and math through the jupyterlab-myst extension.
+
+    It is enabled once installed; this fails when it is missing or has been disabled.
+    """
+    prefix = Path(sys.prefix)
+    extension = prefix / "share" / "jupyter" / "labextensions" / "jupyterlab-myst"
+    assert (extension / "package.json").is_file(), (
+        f"jupyterlab-myst is not installed in {prefix} (it is pinned in requirements.txt)"
+    )
+    for folder in (prefix / "etc" / "jupyter", Path.home() / ".jupyter"):
+        page_config = folder / "labconfig" / "page_config.json"
+        if page_config.is_file():
+            disabled = json.loads(page_config.read_text(encoding="utf-8")).get(
+                "disabledExtensions", {}
+            )
+            assert not disabled.get("jupyterlab-myst"), f"{page_config} disables jupyterlab-myst"

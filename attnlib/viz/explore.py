@@ -1,0 +1,302 @@
+"""Two forms of every explorer, built from one figure function.
+
+An explorer is written once, as a *figure function*: keyword parameters in, a
+``go.Figure`` out, data rounded, never ``.show()``. This module turns it into
+
+- :func:`twin`, the kernel-free form: the figure precomputed for a list of settings and
+  switched by plotly's own slider, so it works on a static page, in Jupyter and in Colab;
+- :func:`explorer`, the live form: ipywidgets controls wired with ``interactive_output``
+  to the figure function, for Jupyter and Colab.
+
+Several parameters at once. :func:`explorer` gives every parameter its own control. A
+twin has one slider, so it offers the valid *combinations*: pass a tuple of parameter
+names and a list of tuples of values::
+
+    twin(fn, ("d", "vocab_size"), [(16, 64), (16, 1024), (256, 64), (256, 1024)])
+
+and each slider step is one combination. The list names exactly the settings worth
+precomputing, so invalid ones (a head count that does not divide another, say) never
+appear.
+
+Colab. A plotly figure displayed inside an ipywidgets ``Output`` stays blank in Colab
+("Plotly is not defined", googlecolab/colabtools issue 5889): each Colab cell output is
+its own frame, and the plotly.js that the figure expects is not loaded there. Under
+Colab the explorer therefore writes plotly.js once into its own cell output (inline,
+from the copy bundled with the plotly package; no network request) and renders every
+update as HTML that reuses it (``include_plotlyjs=False``).
+
+Lesson: every explorer (first used in 00_tokens_and_embeddings).
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from numbers import Real
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+from IPython.display import HTML, display
+
+from attnlib.viz.style import HEIGHT, rounded
+
+__all__ = ["explorer", "twin"]
+
+FigureFn = Callable[..., go.Figure]
+
+_AXIS_PREFIXES = ("xaxis", "yaxis")
+
+
+def twin(
+    figure_fn: FigureFn,
+    param: str | tuple[str, ...],
+    values: Sequence,
+    *,
+    active: int = 0,
+    labels: Mapping[str, str] | None = None,
+    **fixed,
+) -> go.Figure:
+    """The kernel-free twin of an explorer: ``figure_fn`` precomputed over ``values``.
+
+    Step ``k`` of the slider shows the traces of ``figure_fn(**fixed, param=values[k])``
+    and applies that figure's title, annotations, shapes and axis ranges (a plotly
+    ``"update"`` step), so the twin needs no kernel. Every number is rounded
+    (:func:`attnlib.viz.style.rounded`), so the JSON is the same on every CPU.
+
+    Args:
+        figure_fn: keyword parameters -> ``go.Figure``.
+        param: the parameter the slider moves, or a tuple of names for several at once.
+        values: the slider's values in order; with a tuple ``param``, one tuple of values
+            (same length as ``param``) per step.
+        active: index of the step shown first.
+        labels: display names of parameters for the slider caption, e.g.
+            ``{"vocab_size": "N_T"}``.
+        **fixed: the other parameters of ``figure_fn``, the same for every step.
+
+    Returns:
+        go.Figure: all steps' traces (only step ``active`` visible) and one slider with
+        ``len(values)`` steps.
+
+    Raises:
+        ValueError: empty ``values``, a value of the wrong length, ``active`` out of
+            range, or a parameter ``figure_fn`` does not take.
+
+    Example:
+        >>> def line(slope, n=3):
+        ...     return go.Figure(go.Scatter(x=list(range(n)), y=[slope * i for i in range(n)]))
+        >>> fig = twin(line, "slope", [1, 2], n=4)
+        >>> len(fig.data), [s.label for s in fig.layout.sliders[0].steps]
+        (2, ['1', '2'])
+    """
+    names = _param_names(param)
+    values = list(values)
+    if not values:
+        raise ValueError(f"values must list at least one setting of {param!r}; got none")
+    if len(names) > 1:
+        for k, value in enumerate(values):
+            if not isinstance(value, (tuple, list)) or len(value) != len(names):
+                raise ValueError(
+                    f"values[{k}] must be a tuple of {len(names)} values, one per name in "
+                    f"param={names}; got {value!r}"
+                )
+    if isinstance(active, bool) or not isinstance(active, int) or not 0 <= active < len(values):
+        raise ValueError(f"active must be an index into values (0..{len(values) - 1}); "
+                         f"got {active!r}")
+    clash = sorted(set(names) & set(fixed))
+    if clash:
+        raise ValueError(f"{clash} appear both in param and as fixed values; give each once")
+    _check_parameters(figure_fn, [*names, *fixed])
+
+    settings = [dict(zip(names, v if len(names) > 1 else (v,), strict=True)) for v in values]
+    figures = [_call(figure_fn, {**fixed, **s}) for s in settings]
+    axes = sorted({k for f in figures for k in f.layout.to_plotly_json()
+                   if k.startswith(_AXIS_PREFIXES)})
+
+    first = figures[active]
+    fig = go.Figure(layout=copy.deepcopy(first.layout))
+    owner = []  # owner[j]: the step whose figure trace j comes from
+    shown = []  # shown[j]: the trace's own visibility inside its figure
+    for k, f in enumerate(figures):
+        for trace in f.data:
+            data = rounded(trace.to_plotly_json())
+            shown.append(True if data.get("visible") is None else data["visible"])
+            data["visible"] = shown[-1] if k == active else False
+            fig.add_trace(data)
+            owner.append(k)
+
+    steps = []
+    for k, f in enumerate(figures):
+        visible = [shown[j] if owner[j] == k else False for j in range(len(owner))]
+        steps.append({
+            "method": "update",
+            "label": _label(values[k]),
+            "args": [{"visible": visible}, _layout_update(f, axes)],
+        })
+    caption = ", ".join((labels or {}).get(n, n) for n in names)
+    height = (first.layout.height or HEIGHT) + 60  # room for the slider
+    fig.update_layout(
+        height=height,
+        sliders=[{
+            "active": active,
+            "currentvalue": {"prefix": f"{caption} = "},
+            "pad": {"t": 50},
+            "steps": steps,
+        }],
+    )
+    return fig
+
+
+def explorer(
+    figure_fn: FigureFn,
+    *,
+    start: Mapping[str, object] | None = None,
+    labels: Mapping[str, str] | None = None,
+    **controls,
+) -> widgets.VBox:
+    """The live form of an explorer: one control per varying parameter of ``figure_fn``.
+
+    A control given as a list, tuple or range becomes a ``SelectionSlider`` (numbers) or
+    a ``Dropdown`` (anything else) over those values; any other value is passed to
+    ``figure_fn`` unchanged. The controls drive ``figure_fn`` through
+    ``ipywidgets.interactive_output``, which Jupyter and Colab both run without a custom
+    widget manager. Under Colab the figure is drawn as HTML, with plotly.js loaded once
+    into the cell output (see the module docstring).
+
+    Args:
+        figure_fn: keyword parameters -> ``go.Figure``.
+        start: starting value of each control (one of its values); the first value for a
+            control not named here.
+        labels: display names of the controls, e.g. ``{"vocab_size": "N_T"}``.
+        **controls: parameter name -> sequence of values (a control) or a fixed value.
+
+    Returns:
+        widgets.VBox: ``[HBox(controls), Output]``; the ``Output`` holds the figure of the
+        current setting.
+
+    Raises:
+        ValueError: no control with values, an empty control, a parameter ``figure_fn``
+            does not take, or a start value that is not among a control's values.
+    """
+    start = dict(start or {})
+    labels = dict(labels or {})
+    varying = {k: list(v) for k, v in controls.items() if _is_options(v)}
+    fixed = {k: v for k, v in controls.items() if k not in varying}
+    if not varying:
+        raise ValueError(
+            "controls must give at least one parameter a list, tuple or range of values "
+            f"(a control); got only fixed values for {sorted(controls)}"
+        )
+    empty = [k for k, v in varying.items() if not v]
+    if empty:
+        raise ValueError(f"each control needs at least one value; {empty} got an empty list")
+    unknown = sorted(set(start) - set(varying))
+    if unknown:
+        raise ValueError(f"start names {unknown}, which are not controls; controls: "
+                         f"{sorted(varying)}")
+    _check_parameters(figure_fn, list(controls))
+
+    sliders = {}
+    for name, options in varying.items():
+        value = start.get(name, options[0])
+        if value not in options:
+            raise ValueError(f"start[{name!r}] must be one of {options}; got {value!r}")
+        common = {"options": options, "value": value, "description": labels.get(name, name),
+                  "style": {"description_width": "initial"},
+                  "layout": widgets.Layout(width="360px")}
+        if all(_is_number(o) for o in options):
+            sliders[name] = widgets.SelectionSlider(continuous_update=False, **common)
+        else:
+            sliders[name] = widgets.Dropdown(**common)
+
+    colab = _in_colab()
+    if colab:
+        display(HTML(_plotly_loader()))  # once, into this cell's output
+
+    def show(**setting) -> None:
+        fig = _call(figure_fn, {**fixed, **setting})
+        if colab:
+            display(HTML(fig.to_html(include_plotlyjs=False, full_html=False)))
+        else:
+            display(fig)
+
+    out = widgets.interactive_output(show, sliders)
+    return widgets.VBox([widgets.HBox(list(sliders.values())), out])
+
+
+def _param_names(param: object) -> tuple[str, ...]:
+    names = param if isinstance(param, tuple) else (param,)
+    if not names or not all(isinstance(n, str) and n for n in names):
+        raise ValueError(f"param must be a parameter name or a tuple of names; got {param!r}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"param must not repeat a name; got {param!r}")
+    return names
+
+
+def _check_parameters(figure_fn: FigureFn, names: Sequence[str]) -> None:
+    """Every name must be a keyword parameter of ``figure_fn`` (unless it takes ``**kw``)."""
+    if not callable(figure_fn):
+        raise TypeError(f"figure_fn must be callable; got {type(figure_fn).__name__}")
+    params = inspect.signature(figure_fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    takes = [n for n, p in params.items()
+             if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+    unknown = [n for n in names if n not in takes]
+    if unknown:
+        fn = getattr(figure_fn, "__name__", repr(figure_fn))
+        raise ValueError(f"{fn} has no parameter {unknown[0]!r}; its parameters are {takes}")
+
+
+def _call(figure_fn: FigureFn, kwargs: dict) -> go.Figure:
+    fig = figure_fn(**kwargs)
+    if not isinstance(fig, go.Figure):
+        fn = getattr(figure_fn, "__name__", repr(figure_fn))
+        raise TypeError(f"{fn} must return a plotly go.Figure; got {type(fig).__name__}")
+    return fig
+
+
+def _layout_update(fig: go.Figure, axes: Sequence[str]) -> dict:
+    """The parts of ``fig``'s layout that change from step to step, as relayout keys."""
+    layout = fig.layout
+    update = {
+        "title.text": layout.title.text,
+        "annotations": [a.to_plotly_json() for a in layout.annotations],
+        "shapes": [s.to_plotly_json() for s in layout.shapes],
+    }
+    for axis in axes:
+        rng = layout[axis].range
+        if rng is None:
+            update[f"{axis}.autorange"] = True
+        else:
+            update[f"{axis}.range"] = list(rng)
+    return rounded(update)
+
+
+def _label(value: object) -> str:
+    if isinstance(value, (tuple, list)):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+def _is_options(value: object) -> bool:
+    return isinstance(value, (list, tuple, range))
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool)
+
+
+def _in_colab() -> bool:
+    try:
+        import google.colab  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _plotly_loader() -> str:
+    """A script tag holding plotly.js itself (from the plotly package, no CDN)."""
+    from plotly.offline import get_plotlyjs
+
+    return f'<script type="text/javascript">{get_plotlyjs()}</script>'
