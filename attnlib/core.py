@@ -86,7 +86,8 @@ def attention(
         ``Y`` of shape ``(..., N_Q, d_V)`` (batch dimensions broadcast), dtype of ``Q``.
 
     Equivalent to ``F.scaled_dot_product_attention(Q, K, V, attn_mask=mask, scale=scale)``
-    for the softmax kernel, apart from fully masked rows (zeros here, NaN there).
+    for the softmax kernel, apart from fully masked rows: zeros here by definition, while
+    SDPA's result there depends on the PyTorch version and backend (NaN in older releases).
 
     Example:
         >>> Q = torch.tensor([[1.0, 0.0]]); K = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
@@ -277,7 +278,7 @@ def _sdpa(
     SDPA's ``is_causal`` is top-left aligned, so it is used only when ``N_Q = N_KV``
     (where the two alignments agree); a single query at the end sees every key and needs
     no mask; otherwise the bottom-right mask is passed explicitly. Rows with no allowed
-    key (SDPA would return NaN there) are opened up for the call and zeroed after it.
+    key (older PyTorch releases return NaN there) are opened up for the call and zeroed after it.
     """
     n_q, n_kv = Q.shape[-2], K.shape[-2]
     if mask is None and (not causal or n_q == 1):

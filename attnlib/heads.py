@@ -30,7 +30,7 @@ def split_heads(X: torch.Tensor, n_heads: int) -> torch.Tensor:
     """Reshape ``(..., N, H * d_head)`` into ``(..., H, N, d_head)``.
 
     Column block ``h`` (columns ``h * d_head`` to ``(h + 1) * d_head - 1``) becomes head
-    ``h``: the layout of ``W_Q = (W_Q^1 | ... | W_Q^H)``.
+    ``h``: the layout of ``W_Q = (W_Q^0 | ... | W_Q^{H-1})``.
 
     Args:
         X: ``(..., N, H * d_head)``, e.g. ``X @ W_Q``.

@@ -34,6 +34,18 @@ def _seed() -> None:
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _no_show(monkeypatch: pytest.MonkeyPatch) -> None:
+    """attnlib.viz returns figures and never shows them: a ``.show()`` fails the test."""
+    import plotly.graph_objects as go
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("viz functions must return figures, never call .show()")
+
+    monkeypatch.setattr(go.Figure, "show", refuse)
+    monkeypatch.setattr("plotly.io.show", refuse)
+
+
 @pytest.fixture
 def gen() -> torch.Generator:
     """A seeded CPU generator, for tests that draw their own data."""

@@ -18,7 +18,13 @@ import time
 from pathlib import Path
 
 import nbclient
+import nbclient.output_widget
 import nbformat
+
+# nbclient's stand-in for an Output widget syncs its state on the shell channel while the
+# client waits there for the cell's reply, which can stall a live explorer's cell until the
+# timeout (jupyter/nbclient#312). The saved notebook keeps no widget state, so skip the sync.
+nbclient.output_widget.OutputWidget.sync_state = lambda self: None
 
 LESSONS = Path(__file__).resolve().parent.parent / "lessons"
 

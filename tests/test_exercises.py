@@ -34,8 +34,9 @@ def _llama_estimate() -> float:
     return math.sqrt(2 * math.log(n * (n - 1) / 2) / d)
 
 
-@pytest.mark.parametrize("label", ["00.2", "00.4", "00.5"])
+@pytest.mark.parametrize("label", exercises.labels())
 def test_placeholder_is_not_answered_yet(label, capsys):
+    """Every checked exercise of every lesson accepts the placeholder ``...``."""
     result = exercises.check(label, ...)
     assert result.status == "unanswered" and not result
     assert capsys.readouterr().out == f"{label}: not answered yet. Replace ... with your " \
@@ -95,7 +96,7 @@ def test_too_few_merges_shows_the_pieces():
 
 def test_unknown_label_is_a_clear_error():
     with pytest.raises(ValueError, match=re.escape("label must name a checked exercise, one of "
-                                                   "['00.2', '00.4', '00.5']; got '00.9'")):
+                                                   "['00.2', '00.4', '00.5'") + r".*; got '00\.9'"):
         exercises.check("00.9", 1)
     with pytest.raises(TypeError, match="label must be a str"):
         exercises.check(2, 1)
@@ -104,4 +105,4 @@ def test_unknown_label_is_a_clear_error():
 def test_result_shows_nothing_more_in_a_notebook():
     result = exercises.check("00.5", ...)
     assert result._ipython_display_() is None  # the printed line is the whole output
-    assert exercises.labels() == ["00.2", "00.4", "00.5"]
+    assert [x for x in exercises.labels() if x.startswith("00.")] == ["00.2", "00.4", "00.5"]

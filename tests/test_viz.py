@@ -23,17 +23,6 @@ from attnlib.viz import explore
 from attnlib.viz import tokens as vt
 
 
-@pytest.fixture(autouse=True)
-def _no_show(monkeypatch):
-    """A figure builder that calls ``.show()`` fails every test that builds it."""
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("viz functions must return figures, never call .show()")
-
-    monkeypatch.setattr(go.Figure, "show", refuse)
-    monkeypatch.setattr("plotly.io.show", refuse)
-
-
 def _line(slope: float, *, n: int = 4, title: str = "line", ranged: bool = True) -> go.Figure:
     """A small figure function for the toolkit tests: one or two traces per setting."""
     xs = list(range(n))

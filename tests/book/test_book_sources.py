@@ -20,6 +20,11 @@ import nbformat
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 PLOTLY = "application/vnd.plotly.v1+json"
 IGNORE_MARKER = "# NBVAL_IGNORE_OUTPUT"
+# The one other reason a cell may skip nbval: it shows measured timings (a figure of time
+# against size), which no two machines reproduce. Its second line says so, and a lesson has
+# at most one such cell; the stable quantity beside it (an operation count, a rounded
+# exponent) is printed in a checked cell.
+TIMING_MARKER = "# timings differ from machine to machine"
 # The markdown cell right after a live explorer, word for word.
 EXPLORER_NOTE = (
     "In Jupyter or Colab the cell above shows live controls; the figure below works on this page."
@@ -102,9 +107,16 @@ def test_lessons_are_committed_executed_in_order(lessons: dict) -> None:
         )
 
 
+def _is_timing_cell(cell) -> bool:
+    lines = cell.source.splitlines()
+    return len(lines) > 1 and lines[1].startswith(TIMING_MARKER)
+
+
 def test_only_live_explorer_cells_ignore_their_output(lessons: dict) -> None:
-    """A live explorer needs a kernel; every other output is compared by nbval."""
+    """A live explorer needs a kernel, and a timing figure differs on every machine; every
+    other output is compared by nbval."""
     for name, notebook in lessons.items():
+        timing_cells: list[int] = []
         for index, cell in enumerate(notebook.cells):
             where = f"{name}, cell {index}"
             for marker in OTHER_NBVAL_MARKERS:
@@ -117,12 +129,20 @@ def test_only_live_explorer_cells_ignore_their_output(lessons: dict) -> None:
             if "NBVAL_IGNORE_OUTPUT" not in cell.source and not shows_widget:
                 continue
             assert cell.source.splitlines()[0] == IGNORE_MARKER, (
-                f"{where}: a cell that shows a live widget starts with the line "
-                f"{IGNORE_MARKER!r}, and no other cell carries it"
+                f"{where}: a cell that skips the output check starts with the line "
+                f"{IGNORE_MARKER!r}"
             )
+            if _is_timing_cell(cell):
+                assert not shows_widget, f"{where}: a timing cell shows no live widget"
+                timing_cells.append(index)
+                continue
             assert shows_widget, (
-                f"{where}: only cells that display a live widget may skip the output check"
+                f"{where}: only cells that display a live widget, or measured timings "
+                f"(second line {TIMING_MARKER!r}), may skip the output check"
             )
+        assert len(timing_cells) <= 1, (
+            f"{name}: cells {timing_cells} show timings; keep that to one cell per lesson"
+        )
 
 
 def test_live_explorer_is_code_then_note_then_twin(lessons: dict) -> None:
@@ -136,6 +156,8 @@ def test_live_explorer_is_code_then_note_then_twin(lessons: dict) -> None:
         cells = notebook.cells
         for index, cell in enumerate(cells):
             if cell.cell_type != "code" or IGNORE_MARKER not in cell.source.splitlines()[:1]:
+                continue
+            if _is_timing_cell(cell):
                 continue
             where = f"{name}, cell {index}"
             assert "remove-output" in cell.metadata.get("tags", []), (

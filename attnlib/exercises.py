@@ -1,0 +1,541 @@
+"""Answer checks for the lessons' exercises: ``check("00.2", answer)``.
+
+Each checked exercise has a label ``"NN.k"`` (lesson ``NN``, exercise ``k``) and a checker
+registered here. A checker computes the expected answer with attnlib when it runs (no
+answer is stored as a literal) and compares the reader's answer with it. The verdict is
+printed and returned:
+
+- the placeholder ``...`` gives "not answered yet", so a lesson runs top to bottom as
+  committed;
+- a right answer gives "correct";
+- anything else gives a hint that says what is off: the type, the shape, the sign, the
+  magnitude (a factor of 100 from a percentage, a factor of 2 from counting a matrix
+  twice), or a mistake the exercise invites.
+
+Example:
+    >>> result = check("00.4", ...)
+    00.4: not answered yet. Replace ... with your answer and run the cell again.
+    >>> result.status
+    'unanswered'
+
+Lesson: every lesson's exercises (first used in 00_tokens_and_embeddings).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+__all__ = ["CheckResult", "check", "labels"]
+
+_LABEL = re.compile(r"\d\d\.\d+")
+
+Checker = Callable[[object], "str | None"]
+_CHECKERS: dict[str, Checker] = {}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The verdict of :func:`check`; true exactly when the answer is correct.
+
+    Attributes:
+        label: the exercise, ``"NN.k"``.
+        status: ``"unanswered"``, ``"correct"`` or ``"incorrect"``.
+        message: the line :func:`check` printed.
+    """
+
+    label: str
+    status: str
+    message: str
+
+    def __bool__(self) -> bool:
+        return self.status == "correct"
+
+    def _ipython_display_(self) -> None:
+        """Show nothing: :func:`check` has printed the message already."""
+
+
+def check(label: str, answer: object) -> CheckResult:
+    """Check the answer to exercise ``label``; print and return the verdict.
+
+    Args:
+        label: the exercise, ``"NN.k"`` (for example ``"00.2"``).
+        answer: the reader's answer, or ``...`` while there is none.
+
+    Returns:
+        CheckResult: ``status`` is ``"unanswered"``, ``"correct"`` or ``"incorrect"``;
+        ``message`` is the printed line (a hint when incorrect).
+
+    Raises:
+        TypeError: ``label`` is not a str.
+        ValueError: no exercise has this label.
+    """
+    if not isinstance(label, str):
+        raise TypeError(f"label must be a str such as '00.2'; got {type(label).__name__}")
+    if label not in _CHECKERS:
+        raise ValueError(f"label must name a checked exercise, one of {labels()}; got {label!r}")
+    if answer is ...:
+        status, text = "unanswered", "not answered yet. Replace ... with your answer and run " \
+                                     "the cell again."
+    else:
+        hint = _CHECKERS[label](answer)
+        status, text = ("correct", "correct.") if hint is None else ("incorrect", hint)
+    result = CheckResult(label, status, f"{label}: {text}")
+    print(result.message)
+    return result
+
+
+def labels() -> list[str]:
+    """The labels of every checked exercise, sorted."""
+    return sorted(_CHECKERS)
+
+
+def _register(label: str) -> Callable[[Checker], Checker]:
+    if not _LABEL.fullmatch(label):
+        raise ValueError(f"label must look like 'NN.k'; got {label!r}")
+
+    def add(checker: Checker) -> Checker:
+        if label in _CHECKERS:
+            raise ValueError(f"exercise {label!r} already has a checker")
+        _CHECKERS[label] = checker
+        return checker
+
+    return add
+
+
+# ---------------------------------------------------------------------------------------
+# comparison helpers: each returns a hint, or None when the answer is right
+
+
+def _as_tensor(answer: object) -> torch.Tensor | None:
+    """``answer`` as a float64 tensor, or ``None`` when it is not numbers."""
+    if isinstance(answer, (bool, np.bool_, str, bytes)) or answer is None:
+        return None
+    try:
+        if isinstance(answer, torch.Tensor):
+            out = answer.detach().to("cpu")
+        else:
+            out = torch.as_tensor(np.asarray(answer, dtype=np.float64))
+    except (TypeError, ValueError, RuntimeError):
+        return None
+    if out.dtype == torch.bool or out.is_complex():
+        return None
+    return out.to(torch.float64)
+
+
+def _compare(
+    answer: object,
+    expected: torch.Tensor,
+    *,
+    rel: float,
+    what: str,
+    mistakes: tuple[tuple[torch.Tensor, str], ...] = (),
+) -> str | None:
+    """Compare numbers: type, then shape, then known mistakes, sign and magnitude."""
+    got = _as_tensor(answer)
+    if got is None:
+        return f"expected {what}; got a {type(answer).__name__}."
+    if got.shape != expected.shape:
+        return (f"expected {what}, of shape {tuple(expected.shape)}; got shape "
+                f"{tuple(got.shape)}.")
+    if not bool(torch.isfinite(got).all()):
+        return "your answer contains nan or inf."
+    if torch.allclose(got, expected, rtol=rel, atol=0.0):
+        return None
+    for wrong, hint in mistakes:
+        if torch.allclose(got, wrong, rtol=rel, atol=0.0):
+            return hint
+    if bool(((got * expected) < 0).any()):
+        return "the sign is wrong in at least one entry."
+    ratio = float((got / expected).median()) if bool((expected != 0).all()) else float("nan")
+    if math.isfinite(ratio) and ratio > 0:
+        power = round(math.log10(ratio))
+        if power != 0 and abs(math.log10(ratio) - power) < 0.05:
+            return (f"off by a factor of 10^{power}: check the units (a percentage instead "
+                    "of a fraction, or the other way round?).")
+        if abs(ratio - 1) > 0.1:
+            side = "large" if ratio > 1 else "small"
+            return f"the magnitude is off: your answer is about {ratio:.2g} times too {side}."
+    return "close, but not within the tolerance: recompute without rounding."
+
+
+def _integer(answer: object) -> int | None:
+    if isinstance(answer, (bool, np.bool_)):
+        return None
+    if isinstance(answer, (int, np.integer)):
+        return int(answer)
+    if isinstance(answer, torch.Tensor) and answer.numel() == 1 and not answer.is_floating_point():
+        return int(answer.item())
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# lesson 00: tokens and embeddings
+
+
+@_register("00.2")
+def _embedding_shares(answer: object) -> str | None:
+    """Shares of the input E in Llama 3 8B, Mistral 7B and Llama 3 70B (fractions)."""
+    from attnlib.memory import LLAMA3_8B, LLAMA3_70B, MISTRAL_7B
+
+    nominal = ((LLAMA3_8B, 8e9), (MISTRAL_7B, 7e9), (LLAMA3_70B, 70e9))
+    expected = torch.tensor([s.embedding_params / n for s, n in nominal], dtype=torch.float64)
+    return _compare(
+        answer, expected, rel=0.01,
+        what="three fractions, one per model in the order Llama 3 8B, Mistral 7B, Llama 3 70B",
+        mistakes=((2 * expected, "these count E twice: the question asks for the input E "
+                                 "only, not E plus an output head."),),
+    )
+
+
+@lru_cache(maxsize=1)
+def _lesson00_bpe():
+    """The lesson's BPE tokenizer: 500 merges trained on the shipped corpus."""
+    from attnlib.tokens import CORPUS, BPETokenizer
+
+    return BPETokenizer.train(CORPUS, 500)
+
+
+def _catalogue_pieces(k: int) -> list[str]:
+    return _lesson00_bpe().with_merges(k).tokenize(" catalogue")
+
+
+@_register("00.4")
+def _catalogue(answer: object) -> str | None:
+    """Smallest number of merges after which ' catalogue' is a single token."""
+    got = _integer(answer)
+    if got is None:
+        return f"expected a whole number of merges (an int); got a {type(answer).__name__}."
+    n_merges = len(_lesson00_bpe().merges)
+    expected = next(k for k in range(n_merges + 1) if len(_catalogue_pieces(k)) == 1)
+    if got == expected:
+        return None
+    if got < 0:
+        return "a number of merges cannot be negative."
+    if abs(got - expected) == 1:
+        return ("off by one: bpe.with_merges(k) applies the first k merges; find the smallest "
+                "k whose tokenizer keeps ' catalogue' whole.")
+    if got < expected:
+        return (f"too few: after {got} merges ' catalogue' is still the pieces "
+                f"{_catalogue_pieces(got)}.")
+    return (f"too many: ' catalogue' is one token well before {got} merges; look for the "
+            "first k at which it becomes one.")
+
+
+@_register("00.5")
+def _closest_pair(answer: object) -> str | None:
+    """Leading-order estimate of the largest |cos| among Llama 3 70B's random rows."""
+    from attnlib.memory import LLAMA3_70B
+
+    n, d = LLAMA3_70B.vocab_size, LLAMA3_70B.d_model
+    pairs = n * (n - 1) / 2
+    expected = math.sqrt(2 * math.log(pairs) / d)
+    t = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
+    return _compare(
+        answer, t(expected), rel=0.01, what="one number, the largest |cos| (a float)",
+        mistakes=(
+            (t(math.degrees(math.acos(expected))),
+             "that is the angle in degrees; the question asks for the cosine."),
+            (t(math.sqrt(2 * math.log(n) / d)),
+             "count pairs of rows, N_T (N_T - 1) / 2, not rows: each pair has a cosine."),
+            (t(math.sqrt(2 * math.log10(pairs) / d)),
+             "use the natural logarithm (math.log), not log10."),
+            (t(2 * math.log(pairs) / d), "you forgot the square root."),
+        ),
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# lesson 02: softmax attention
+
+
+def _lesson02_example() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The lesson's worked example: q = (1, 0); keys (1, 0), (0, 1), (-1, 0); values 10, 20, 30."""
+    q = torch.tensor([[1.0, 0.0]], dtype=torch.float64)
+    K = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]], dtype=torch.float64)
+    V = torch.tensor([[10.0], [20.0], [30.0]], dtype=torch.float64)
+    return q, K, V
+
+
+@_register("02.1")
+def _doubled_query(answer: object) -> str | None:
+    """Output of the worked example with the query doubled, q = (2, 0)."""
+    from attnlib.core import attention
+
+    q, K, V = _lesson02_example()
+    t = lambda Y: Y.reshape(())  # noqa: E731  (a scalar output)
+    expected = t(attention(2 * q, K, V))
+    return _compare(
+        answer, expected, rel=1e-3, what="one number, the output y (a float)",
+        mistakes=(
+            (t(attention(q, K, V)), "that is the output for q = (1, 0); double the query."),
+            (t(attention(2 * q, K, V, scale=1.0)),
+             "the logits still need the factor 1/sqrt(d_QK) = 1/sqrt(2)."),
+            (t(attention(4 * q, K, V)),
+             "doubling the query doubles each logit once, not twice: check your scale."),
+        ),
+    )
+
+
+@_register("02.2")
+def _output_gradient(answer: object) -> str | None:
+    """Gradient of the worked example's output y with respect to its three logits s_j."""
+    from attnlib.core import attention, attention_weights
+
+    q, K, V = _lesson02_example()
+    s = (q @ K.mT / math.sqrt(2)).requires_grad_()  # (1, 3): the logits
+    attention(s, torch.eye(3, dtype=torch.float64), V, scale=1.0, impl="explicit").sum().backward()
+    expected = s.grad.reshape(3)
+    p = attention_weights(q, K).reshape(3)
+    return _compare(
+        answer, expected, rel=1e-3,
+        what="three numbers, dy/ds_j for j = 0, 1, 2",
+        mistakes=(
+            (p * V.reshape(3), "that is diag(p) v alone: the Jacobian of the softmax is "
+                               "diag(p) - p p^T, and the - p p^T part moves the other weights."),
+            (expected / math.sqrt(2), "that is the gradient with respect to the dot products "
+                                      "<q, k_j>; the question asks for the logits s_j."),
+            (V.reshape(3) - (p @ V.reshape(3)), "that is v_j - y; multiply by p_j."),
+        ),
+    )
+
+
+@_register("02.4")
+def _half_precision_overflow(answer: object) -> str | None:
+    """ln of the largest finite float16 and bfloat16: where e^x overflows in each."""
+    dtypes = (torch.float16, torch.bfloat16)
+    largest = torch.tensor([torch.finfo(dt).max for dt in dtypes], dtype=torch.float64)
+    expected = largest.log()
+    float32 = math.log(torch.finfo(torch.float32).max)
+    return _compare(
+        answer, expected, rel=1e-4,
+        what="two numbers, the thresholds for float16 and bfloat16 in that order",
+        mistakes=(
+            (largest, "those are the largest finite numbers themselves; the threshold is "
+                      "the logit x with e^x equal to them: take the natural logarithm."),
+            (largest.log10(), "use the natural logarithm (math.log), not log10: the "
+                              "exponential is e^x."),
+            (expected.flip(0), "the order is float16 first, then bfloat16."),
+            (torch.tensor([float32, float32], dtype=torch.float64),
+             "float16 has far fewer exponent bits than float32: look at "
+             "torch.finfo(torch.float16).max."),
+        ),
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# lesson 01: attention as a lookup
+
+
+def _toy_database() -> tuple[torch.Tensor, torch.Tensor]:
+    """Lesson 01's keys and values, in float64."""
+    from attnlib.viz.lookup import KEYS, VALUES
+
+    return KEYS.to(torch.float64), VALUES.to(torch.float64)
+
+
+@_register("01.1")
+def _relu_weights(answer: object) -> str | None:
+    """The relu weight row of q = (2, 1) on the toy keys, scale 1."""
+    from attnlib.core import attention_weights, similarity
+
+    K, _ = _toy_database()
+    q = torch.tensor([[2.0, 1.0]], dtype=torch.float64)
+    expected = attention_weights(q, K, kernel="relu", scale=1.0)[0]
+    got = _as_tensor(answer)
+    if got is not None and got.shape == expected.shape and bool((got < 0).any()):
+        return ("a weight is negative: relu turns a negative dot product into a score of 0, "
+                "so no weight can be below 0.")
+    A = similarity(q, K, kernel="relu", scale=1.0)[0]
+    return _compare(
+        answer, expected, rel=0.01, what="five weights, key 0 first",
+        mistakes=(
+            (A, "these are the scores A[0, j]; divide each by their sum Z[0, 0]."),
+            (attention_weights(q, K, scale=1.0)[0],
+             "these are the weights of the exponential kernel; use relu, max(s, 0)."),
+        ),
+    )
+
+
+@_register("01.3")
+def _chat_cost(answer: object) -> str | None:
+    """Multiply-adds of Q K^T and A V for N_Q = 12, N_KV = 3000, d_QK = d_V = 128."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from attnlib.core import attention
+
+    n_q, n_kv, width = 12, 3000, 128
+    Q, K, V = (torch.empty(n, width, device="meta") for n in (n_q, n_kv, n_kv))
+    with FlopCounterMode(display=False) as counter:  # shapes only: meta tensors hold no data
+        attention(Q, K, V, impl="explicit")
+    expected = counter.get_total_flops() // 2  # PyTorch counts 2 operations per multiply-add
+    t = lambda x: torch.tensor(float(x), dtype=torch.float64)  # noqa: E731
+    return _compare(
+        answer, t(expected), rel=1e-6, what="one number of multiply-adds",
+        mistakes=(
+            (t(2 * expected), "that counts a multiply and an add separately; count each "
+                              "multiply-add once."),
+            (t(expected // 2), "that is one of the two products only; add Q K^T (d_QK per "
+                               "entry) and A V (d_V per entry)."),
+            (t(n_kv * n_kv * 2 * width), "that recomputes every token of the conversation; "
+                                         "only the question's N_Q tokens are queries."),
+        ),
+    )
+
+
+@_register("01.4")
+def _context_edit(answer: object) -> str | None:
+    """The output of q = (1, 2) after the third value moves from (4, 3) to (4, 9)."""
+    from attnlib.core import attention
+
+    K, V = _toy_database()
+    q = torch.tensor([[1.0, 2.0]], dtype=torch.float64)
+    V_new = V.clone()
+    V_new[2] = torch.tensor([4.0, 9.0], dtype=torch.float64)
+    expected = attention(q, K, V_new, impl="explicit")[0]
+    before = attention(q, K, V, impl="explicit")[0]
+    return _compare(
+        answer, expected, rel=1e-3, what="the new output, two numbers",
+        mistakes=(
+            (before, "that is the output before the edit; the third value changed."),
+            (before + (V_new[2] - V[2]), "the edit enters weighted: add P[0, 2] times the "
+                                         "change of v_2, not the whole change."),
+            (V_new[2], "that is the new value itself; attention averages all five values."),
+        ),
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# lesson 03: multi-head attention
+
+
+@_register("03.1")
+def _gemma_width_parameters(answer: object) -> str | None:
+    """Entries of W_Q, W_K, W_V, W_O of an MHA layer at Gemma 3 27B's widths (d, H, d_head)."""
+    from attnlib.gqa import MultiHeadAttention
+    from attnlib.memory import GEMMA3_27B
+
+    d, n_heads, d_head = GEMMA3_27B.d_model, GEMMA3_27B.n_heads, GEMMA3_27B.d_head
+    layer = MultiHeadAttention(d, n_heads, d_head, device="meta")  # shapes only
+    expected = sum(p.numel() for p in layer.parameters())
+    width = n_heads * d_head
+    t = lambda x: torch.tensor(float(x), dtype=torch.float64)  # noqa: E731
+    return _compare(
+        answer, t(expected), rel=1e-9, what="one number of parameters (an int)",
+        mistakes=(
+            (t(4 * d * d), "that assumes H d_head = d_in; here H d_head = 32 x 128 = 4096 is "
+                           "narrower than d_in = 5376."),
+            (t(3 * d * width), "that counts W_Q, W_K and W_V only; add the output matrix W_O."),
+            (t(4 * d * d_head), "that is one head's share; the layer has H = 32 heads."),
+            (t(4 * width * width), "the rows of W_Q, W_K, W_V are the d_in = 5376 input "
+                                   "features, not H d_head."),
+        ),
+    )
+
+
+@_register("03.2")
+def _head_removed(answer: object) -> str | None:
+    """Output of the lesson's toy layer (H = 2, d_head = 3, d_in = 6, N = 4) with Y_1 set to 0."""
+    from attnlib.core import attention
+    from attnlib.heads import merge_heads, split_heads
+    from attnlib.viz.heads import draw_layer
+
+    n_heads = 2
+    X, W_Q, W_K, W_V, W_O = draw_layer(n_heads, 3, d_in=6, n_tokens=4, seed=0)
+    Q, K, V = (split_heads(X @ W, n_heads) for W in (W_Q, W_K, W_V))  # (H, N, d_head)
+    heads = attention(Q, K, V)  # (H, N, d_head): Y_0, Y_1
+    Y = merge_heads(heads) @ W_O
+    kept = heads.clone()
+    kept[1] = 0.0
+    expected = merge_heads(kept) @ W_O
+    columns_zeroed = Y.clone()
+    columns_zeroed[:, 3:] = 0.0
+    first_removed = heads.clone()
+    first_removed[0] = 0.0
+    return _compare(
+        answer, expected, rel=1e-6, what="the output Y, a 4 x 6 tensor",
+        mistakes=(
+            (Y, "that is the layer's output with both heads; set Y_1 to zero first."),
+            (columns_zeroed, "zeroing columns 3..5 of Y is not removing head 1: W_O mixes "
+                             "the heads, so head 1 contributes Y_1 W_O^1 to every column."),
+            (merge_heads(first_removed) @ W_O, "that removes head 0; heads count from 0, and "
+                                               "head 1 is the second block of columns."),
+            (merge_heads(kept), "that is the concatenation (Y_0 0); multiply it by W_O."),
+        ),
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# lesson 04: masks and the transformer layer
+
+
+@_register("04.1")
+def _decode_pairs(answer: object) -> str | None:
+    """Allowed (query, key) pairs when 4 new tokens are decoded against 6 cached ones."""
+    from attnlib.masks import causal_mask
+
+    n_new, n_kv = 4, 10
+    expected = int(causal_mask(n_new, n_kv).sum())
+    got = _integer(answer)
+    if got is None:
+        return f"expected a whole number of (query, key) pairs; got a {type(answer).__name__}."
+    if got == expected:
+        return None
+    hints = {
+        # top-left alignment, or the new tokens alone (both give 1 + 2 + 3 + 4)
+        int(torch.ones(n_new, n_kv, dtype=torch.bool).tril().sum()):
+            "that is the top-left mask, which treats the new tokens as positions 0 to 3 and "
+            "hides the cached keys from them; they are positions 6 to 9 and see every "
+            "cached key.",
+        int(causal_mask(n_kv).sum()): "that counts all ten tokens as queries; only the 4 new "
+                                      "tokens ask, the cached ones are keys only.",
+        n_new * n_kv: "that is with no mask: a new token must not see the new tokens after it.",
+    }
+    return hints.get(got, "not quite: count, for each new token, the keys at or before its "
+                          "position (rows of causal_mask(4, 10)).")
+
+
+@_register("04.2")
+def _swiglu_parameters(answer: object) -> str | None:
+    """Weights of one SwiGLU feed-forward network of Llama 3 8B (d = 4096, d_ff = 14,336)."""
+    from attnlib.layers import FeedForward
+    from attnlib.memory import LLAMA3_8B
+
+    d, d_ff = LLAMA3_8B.d_model, 14_336  # d_ff: Table 3 of the Llama 3 paper
+    count = sum(p.numel() for p in FeedForward(d, d_ff, "swiglu", device="meta").parameters())
+    t = lambda x: torch.tensor(float(x), dtype=torch.float64)  # noqa: E731
+    return _compare(
+        answer, t(count), rel=1e-6, what="one number of parameters",
+        mistakes=(
+            (t(2 * d * d_ff), "that counts two matrices; SwiGLU has three, W_gate, W_up and "
+                              "W_down."),
+            (t(count * LLAMA3_8B.n_layers), "that is all the layers; the question asks for "
+                                            "one feed-forward network."),
+            (t(8 * d * d), "that is a plain MLP with d_ff = 4d; use Llama 3's d_ff and three "
+                           "matrices."),
+        ),
+    )
+
+
+@_register("04.3")
+def _rms_norm_row(answer: object) -> str | None:
+    """RMSNorm (gains 1, eps 1e-6) of the row x = (1, 3, 5, 7)."""
+    from attnlib.norms import layer_norm, rms_norm
+
+    x = torch.tensor([1.0, 3.0, 5.0, 7.0], dtype=torch.float64)
+    return _compare(
+        answer, rms_norm(x), rel=1e-3, what="four numbers, the normalised row",
+        mistakes=(
+            (layer_norm(x), "that is LayerNorm: RMSNorm does not subtract the mean first."),
+            (x / x.norm(), "that divides by the Euclidean norm; the root mean square divides "
+                           "the sum of squares by d = 4 before the square root."),
+            (x / x.std(), "that divides by the standard deviation; RMSNorm divides by the root "
+                          "mean square, sqrt(mean(x^2))."),
+        ),
+    )

@@ -1,0 +1,54 @@
+"""Figures and explorers for the lessons: shared style, the two explorer forms, one module
+per chapter.
+
+- :mod:`attnlib.viz.style`: template, height, the Okabe-Ito palette, rounding.
+- :func:`twin` and :func:`explorer` (:mod:`attnlib.viz.explore`): an explorer is written
+  once, as a figure function (keyword parameters -> ``go.Figure``); ``twin`` precomputes it
+  over a slider for pages with no kernel, ``explorer`` wires it to live ipywidgets.
+- chapter modules: :mod:`attnlib.viz.tokens` (lesson 00), :mod:`attnlib.viz.lookup`
+  (lesson 01), :mod:`attnlib.viz.softmax` (lesson 02), :mod:`attnlib.viz.heads` (lesson 03),
+  :mod:`attnlib.viz.masks` (lesson 04).
+
+Example:
+    >>> import attnlib
+    >>> fig = attnlib.viz.twin(attnlib.viz.tokens.embedding_dimension_figure, "d", [4, 64],
+    ...                        vocab_size=32)
+    >>> len(fig.layout.sliders[0].steps)
+    2
+"""
+
+from attnlib.viz import heads, lookup, masks, softmax, tokens
+from attnlib.viz.explore import explorer, twin
+from attnlib.viz.style import (
+    COLORS,
+    DASHES,
+    DECIMALS,
+    HEIGHT,
+    OKABE_ITO,
+    SYMBOLS,
+    TEMPLATE,
+    rounded,
+    style,
+)
+
+__all__ = [
+    # the two forms of an explorer
+    "explorer",
+    "twin",
+    # style
+    "COLORS",
+    "DASHES",
+    "DECIMALS",
+    "HEIGHT",
+    "OKABE_ITO",
+    "SYMBOLS",
+    "TEMPLATE",
+    "rounded",
+    "style",
+    # chapter modules
+    "heads",
+    "lookup",
+    "masks",
+    "softmax",
+    "tokens",
+]

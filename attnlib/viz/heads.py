@@ -1,0 +1,303 @@
+"""Figures and tables of lesson 03: what each head reads, its pattern, what the heads cost.
+
+Every figure function takes keyword parameters, returns a ``go.Figure`` with rounded data
+and never shows it; :func:`attnlib.viz.twin` and :func:`attnlib.viz.explorer` turn
+:func:`heads_figure` into the lesson's explorer. The table builders return
+``pandas.DataFrame`` objects, which notebooks render as HTML tables.
+
+The toy layer (:func:`draw_layer`) is one seeded draw, in float64 on the CPU from
+``torch.Generator().manual_seed(seed)``, in this order: ``X`` of shape ``(N, d_in)`` with
+standard normal entries, then ``W_Q``, ``W_K``, ``W_V`` of shape ``(d_in, WIDE)`` and
+``W_O`` of shape ``(WIDE, d_in)``, with normal entries of variance ``1/d_in`` (``1/WIDE``
+for ``W_O``). A layer with ``H`` heads of width ``d_head`` keeps the first ``H d_head``
+columns of ``W_Q``, ``W_K``, ``W_V`` and the first ``H d_head`` rows of ``W_O``. Head ``h``
+is the column block ``h d_head .. (h + 1) d_head - 1``, so at a fixed ``d_head`` adding heads
+keeps the old heads and appends new ones.
+
+Lesson: 03_multi_head_attention.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from functools import lru_cache
+
+import pandas as pd
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+
+from attnlib._checks import check_positive_int
+from attnlib.core import attention_weights
+from attnlib.gqa import MultiHeadAttention
+from attnlib.heads import split_heads
+from attnlib.memory import ModelSpec
+from attnlib.viz.style import HEIGHT, OKABE_ITO, rounded, style
+
+__all__ = [
+    "D_IN",
+    "HEAD_COUNTS",
+    "HEAD_WIDTHS",
+    "TOKENS",
+    "WIDE",
+    "draw_layer",
+    "head_patterns",
+    "heads_figure",
+    "model_widths_table",
+    "parameter_table",
+    "reads_figure",
+]
+
+D_IN = 16
+"""The explorer's input width ``d_in``."""
+
+TOKENS: tuple[str, ...] = ("the", "cat", "sat", "on", "the", "mat")
+"""Labels of the explorer's tokens; their rows of ``X`` are random (see the module docstring)."""
+
+HEAD_COUNTS: tuple[int, ...] = (1, 2, 4, 8)
+"""The numbers of heads ``H`` the explorer offers."""
+
+HEAD_WIDTHS: tuple[int, ...] = (2, 4, 8, 16)
+"""The head widths ``d_head`` the explorer offers."""
+
+WIDE = 128
+"""Columns drawn for ``W_Q``, ``W_K``, ``W_V`` (rows of ``W_O``): ``H d_head`` may not exceed it."""
+
+_ROWS, _COLS = 2, 4  # the explorer's grid: up to 8 heads
+_HEAD_COLORS = ("blue", "orange", "bluish green", "vermillion", "reddish purple", "sky blue",
+                "yellow", "black")
+
+
+def _check_layer(n_heads: int, d_head: int, d_in: int, n_tokens: int) -> None:
+    for name, value in (("n_heads", n_heads), ("d_head", d_head), ("d_in", d_in),
+                        ("n_tokens", n_tokens)):
+        check_positive_int(name, value)
+    if n_heads * d_head > WIDE:
+        raise ValueError(f"n_heads * d_head must be at most WIDE = {WIDE}; got "
+                         f"{n_heads} * {d_head} = {n_heads * d_head}")
+
+
+def draw_layer(
+    n_heads: int, d_head: int, *, d_in: int = D_IN, n_tokens: int = len(TOKENS), seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The toy multi-head layer and its input: ``X, W_Q, W_K, W_V, W_O`` (float64, CPU).
+
+    See the module docstring for the draw. Head ``h`` owns columns
+    ``h d_head .. (h + 1) d_head - 1`` of ``W_Q``, ``W_K``, ``W_V`` and the same rows of
+    ``W_O``.
+
+    Args:
+        n_heads: ``H``.
+        d_head: ``d_head``; ``H d_head`` at most :data:`WIDE`.
+        d_in: input (and output) width.
+        n_tokens: ``N``, rows of ``X``.
+        seed: seed of the generator.
+
+    Returns:
+        ``X (N, d_in)``, ``W_Q``, ``W_K``, ``W_V`` ``(d_in, H d_head)``, ``W_O (H d_head, d_in)``.
+
+    Example:
+        >>> X, W_Q, W_K, W_V, W_O = draw_layer(2, 3, d_in=6, n_tokens=4)
+        >>> X.shape, W_Q.shape, W_O.shape
+        (torch.Size([4, 6]), torch.Size([6, 6]), torch.Size([6, 6]))
+    """
+    _check_layer(n_heads, d_head, d_in, n_tokens)
+    gen = torch.Generator().manual_seed(seed)
+    X = torch.randn(n_tokens, d_in, generator=gen, dtype=torch.float64)
+    W_Q, W_K, W_V = (torch.randn(d_in, WIDE, generator=gen, dtype=torch.float64)
+                     / math.sqrt(d_in) for _ in range(3))
+    W_O = torch.randn(WIDE, d_in, generator=gen, dtype=torch.float64) / math.sqrt(WIDE)
+    width = n_heads * d_head
+    return X, W_Q[:, :width], W_K[:, :width], W_V[:, :width], W_O[:width]
+
+
+def head_patterns(
+    n_heads: int, d_head: int, *, d_in: int = D_IN, n_tokens: int = len(TOKENS), seed: int = 0
+) -> torch.Tensor:
+    """Every head's attention weights ``P_h = softmax(Q_h K_h^T / sqrt(d_head))`` on the toy layer.
+
+    Args:
+        n_heads: ``H``.
+        d_head: ``d_head``.
+        d_in: input width.
+        n_tokens: ``N``.
+        seed: seed of :func:`draw_layer`.
+
+    Returns:
+        ``(H, N, N)``: row ``i`` of ``P_h`` is token ``i``'s weights over the tokens.
+    """
+    X, W_Q, W_K, _, _ = draw_layer(n_heads, d_head, d_in=d_in, n_tokens=n_tokens, seed=seed)
+    Q = split_heads(X @ W_Q, n_heads)  # (H, N, d_head): one product, then a reshape
+    K = split_heads(X @ W_K, n_heads)  # (H, N, d_head)
+    return attention_weights(Q, K)  # (H, N, N)
+
+
+@lru_cache(maxsize=1)
+def _grid_layout() -> dict:
+    """The explorer's 2 x 4 grid of heatmap axes with token labels, built once."""
+    n = len(TOKENS)
+    fig = make_subplots(rows=_ROWS, cols=_COLS,
+                        subplot_titles=[f"head {h}" for h in range(_ROWS * _COLS)],
+                        horizontal_spacing=0.06, vertical_spacing=0.16)
+    ticks = {"tickmode": "array", "tickvals": list(range(n)), "ticktext": list(TOKENS),
+             "showgrid": False, "tickfont": {"size": 10}}
+    fig.update_xaxes(**ticks, tickangle=-90, range=[-0.5, n - 0.5])
+    fig.update_yaxes(**ticks, range=[n - 0.5, -0.5])  # query 0 on top, as in a matrix
+    for col in range(2, _COLS + 1):
+        fig.update_yaxes(showticklabels=False, col=col)
+    fig.update_yaxes(title_text="query", col=1)
+    fig.update_layout(coloraxis={"colorscale": "Cividis", "cmin": 0, "cmax": 1,
+                                 "colorbar": {"title": {"text": "weight"}, "len": 0.8}})
+    return fig.layout.to_plotly_json()
+
+
+def heads_figure(n_heads: int = 4, d_head: int = 4, *, d_in: int = D_IN, seed: int = 0
+                 ) -> go.Figure:
+    """The attention pattern of every head on the same ``X``, and the layer's parameter count.
+
+    Panel ``h`` (left to right, then top to bottom) is the heatmap of ``P_h`` from
+    :func:`head_patterns` on the tokens :data:`TOKENS` (tick labels): row ``i`` (a query
+    token) holds the weights it gives to each column (a key token), and every row sums to 1.
+    The grid always has 8 panels, so that a twin can switch between head counts; panels
+    beyond ``H`` stay empty. The title gives ``H d_head`` against ``d_in`` and the parameter
+    count of the layer's four matrices, ``3 d_in H d_head + H d_head d_in = 4 d_in H d_head``.
+
+    Args:
+        n_heads: ``H``, from 1 to 8.
+        d_head: ``d_head``; ``H d_head`` at most :data:`WIDE`.
+        d_in: input (and output) width.
+        seed: seed of :func:`draw_layer`.
+
+    Returns:
+        go.Figure: ``H`` heatmap traces (weights rounded to 3 decimals) sharing one colour
+        axis from 0 to 1.
+    """
+    _check_layer(n_heads, d_head, d_in, len(TOKENS))
+    if n_heads > _ROWS * _COLS:
+        raise ValueError(f"n_heads must be at most {_ROWS * _COLS} (the figure's grid); "
+                         f"got {n_heads}")
+    P = head_patterns(n_heads, d_head, d_in=d_in, seed=seed)
+    layout = copy.deepcopy(_grid_layout())
+    layout["annotations"] = layout["annotations"][:n_heads]  # the titles "head h", h < H
+    fig = go.Figure(layout=layout)
+    n = len(TOKENS)
+    for h in range(n_heads):
+        axis = "" if h == 0 else str(h + 1)  # subplot h draws on axes x{h+1}, y{h+1}
+        fig.add_trace(go.Heatmap(
+            z=rounded(P[h], 3), x=list(range(n)), y=list(range(n)), coloraxis="coloraxis",
+            name=f"head {h}", xaxis=f"x{axis}", yaxis=f"y{axis}",
+            hovertemplate=f"head {h}<br>query %{{y}}, key %{{x}}<br>weight %{{z:.3f}}"
+                          "<extra></extra>",
+        ))
+    width = n_heads * d_head
+    relation = "=" if width == d_in else ("<" if width < d_in else ">")
+    count = 4 * d_in * width
+    style(fig, (f"{n_heads} head{'s' if n_heads > 1 else ''}, d_head = {d_head}, on the same X: "
+                f"H d_head = {width} {relation} d_in = {d_in}<br><sup>parameters "
+                f"4 d_in H d_head = 4 × {d_in} × {width} = {count:,}; row: query token, "
+                f"column: key token</sup>"),
+          height=HEIGHT + 160)
+    fig.update_layout(margin={"t": 110, "b": 50})
+    return fig
+
+
+def reads_figure(n_heads: int = 4, d_head: int = 2, *, d_in: int = 8) -> go.Figure:
+    """Which inputs each head's queries read: ``W_Q`` against the sliced-input version.
+
+    Left: the ``d_in × H d_head`` matrix ``W_Q`` of multi-head attention, each entry
+    coloured by the head whose column it feeds; every head has a weight on every input
+    feature. Right: the matrix that slicing ``X`` into ``H`` pieces amounts to, block
+    diagonal: head ``h`` reads only the input features ``h d_in/H .. (h + 1) d_in/H - 1``
+    (white: a weight fixed at 0).
+
+    Args:
+        n_heads: ``H``; must divide ``d_in`` (the sliced version needs it).
+        d_head: ``d_head``.
+        d_in: input width.
+
+    Returns:
+        go.Figure: two heatmaps of head indices (``None`` where a weight is 0).
+    """
+    for name, value in (("n_heads", n_heads), ("d_head", d_head), ("d_in", d_in)):
+        check_positive_int(name, value)
+    if d_in % n_heads:
+        raise ValueError(f"n_heads must divide d_in to slice X; got d_in={d_in}, "
+                         f"n_heads={n_heads}")
+    if n_heads > len(_HEAD_COLORS):
+        raise ValueError(f"n_heads must be at most {len(_HEAD_COLORS)}; got {n_heads}")
+    piece = d_in // n_heads
+    full = [[c // d_head for c in range(n_heads * d_head)] for _ in range(d_in)]
+    sliced = [[c // d_head if r // piece == c // d_head else None
+               for c in range(n_heads * d_head)] for r in range(d_in)]
+    scale = []  # a stepwise colour scale: head h gets the h-th colour of the palette
+    for h in range(n_heads):
+        color = OKABE_ITO[_HEAD_COLORS[h]]
+        scale += [[h / n_heads, color], [(h + 1) / n_heads, color]]
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1, subplot_titles=(
+        "multi-head attention: W_Q", f"slicing X: {piece} features per head"))
+    hover = "input feature %{y}<br>column %{x} of W_Q: head %{z}<extra></extra>"
+    for col, z in ((1, full), (2, sliced)):
+        fig.add_trace(go.Heatmap(
+            z=z, zmin=-0.5, zmax=n_heads - 0.5, colorscale=scale, xgap=1, ygap=1,
+            showscale=col == 1, hovertemplate=hover, name=f"panel {col}",
+            colorbar={"title": {"text": "head"}, "tickvals": list(range(n_heads))},
+        ), row=1, col=col)
+    fig.update_yaxes(autorange="reversed", title_text="row of W_Q: input feature", dtick=1,
+                     showgrid=False, col=1)
+    fig.update_yaxes(autorange="reversed", dtick=1, showgrid=False, col=2)
+    fig.update_xaxes(title_text="column of W_Q", dtick=d_head, showgrid=False)
+    fig.update_layout(plot_bgcolor="white")
+    for a in fig.layout.annotations:
+        a.font = {"size": 12}
+    style(fig, f"Who reads what: d_in = {d_in}, H = {n_heads} heads of width d_head = {d_head}")
+    return fig
+
+
+def parameter_table(d_in: int, settings: Sequence[tuple[int, int]]) -> pd.DataFrame:
+    """Parameters of :class:`attnlib.MultiHeadAttention` for several ``(H, d_head)``.
+
+    Each row builds the layer on PyTorch's ``meta`` device (shapes only, no memory) with
+    ``d_out = d_in`` and counts the entries of ``W_Q``, ``W_K``, ``W_V`` and ``W_O``.
+
+    Args:
+        d_in: the input (and output) width.
+        settings: pairs ``(H, d_head)``.
+
+    Returns:
+        pd.DataFrame: ``H d_head``, the entries of each matrix and their total, indexed by
+        ``(H, d_head)``.
+    """
+    check_positive_int("d_in", d_in)
+    rows = {}
+    for n_heads, d_head in settings:
+        layer = MultiHeadAttention(d_in, n_heads, d_head, device="meta")
+        row = {"H d_head": n_heads * d_head}
+        row.update({name: p.numel() for name, p in layer.named_parameters()})
+        row["total"] = sum(p.numel() for p in layer.parameters())
+        rows[n_heads, d_head] = row
+    table = pd.DataFrame.from_dict(rows, orient="index")
+    table.index = pd.MultiIndex.from_tuples(table.index, names=["H", "d_head"])
+    return table
+
+
+def model_widths_table(specs: Sequence[ModelSpec]) -> pd.DataFrame:
+    """Head counts and widths of published models against their model width ``d``.
+
+    Args:
+        specs: presets from :mod:`attnlib.memory`, e.g. ``LLAMA3_70B``, ``GEMMA3_27B``.
+
+    Returns:
+        pd.DataFrame: ``d``, ``H``, ``d_head``, ``H d_head``, ``H d_head / d`` (4
+        decimals) and ``G``, the key/value heads, indexed by model name.
+    """
+    rows = {}
+    for spec in specs:
+        if not isinstance(spec, ModelSpec):
+            raise TypeError(f"specs must hold ModelSpec presets; got {type(spec).__name__}")
+        rows[spec.name] = {"d": spec.d_model, "H": spec.n_heads, "d_head": spec.d_head,
+                           "H d_head": spec.qk_width,
+                           "H d_head / d": round(spec.qk_width / spec.d_model, 4),
+                           "G": spec.n_kv_heads}
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("model")

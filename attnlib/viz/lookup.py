@@ -1,0 +1,377 @@
+"""Figures and tables of lesson 01: the lookup, its kernels, its convex hull, its cost.
+
+The lesson's toy database has five keys and five values, both in ``R^2`` so that they can
+be drawn: :data:`KEYS` and :data:`VALUES`. A query of length ``length`` at ``angle``
+degrees, ``q = length (cos angle, sin angle)``, is scored against every key; the weight row
+``P[0, :] = Z^-1 A[0, :]`` and the output ``y = P[0, :] V`` follow. The explorer
+(:func:`lookup_figure`) draws the three pieces side by side: keys and query, weight row,
+values with their convex hull and the output point.
+
+Every figure function takes keyword parameters, returns a ``go.Figure`` with rounded data
+and never shows it. :func:`kernel_table` returns a ``pandas.DataFrame``, which notebooks
+render as an HTML table.
+
+Lesson: 01_attention_as_lookup.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+import pandas as pd
+import plotly.graph_objects as go
+import torch
+
+from attnlib._checks import check_positive_float
+from attnlib.core import KERNELS, attention, attention_weights
+from attnlib.viz.style import COLORS, DASHES, HEIGHT, OKABE_ITO, rounded, style
+
+__all__ = [
+    "ANGLES",
+    "KERNEL_NAMES",
+    "KEYS",
+    "VALUES",
+    "convex_hull",
+    "cost_figure",
+    "fit_slope",
+    "kernel_table",
+    "lookup_figure",
+    "query_at",
+]
+
+KEYS = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0], [1.0, 1.0]])
+"""The toy database's keys ``k_0, ..., k_4`` (rows), ``N_KV = 5``, ``d_QK = 2``."""
+
+VALUES = torch.tensor([[0.0, 0.0], [4.0, 0.0], [4.0, 3.0], [1.0, 4.0], [3.0, 1.0]])
+"""The toy database's values ``v_0, ..., v_4`` (rows), ``d_V = 2``; ``v_4`` lies inside
+the convex hull of the other four."""
+
+KERNEL_NAMES: tuple[str, ...] = tuple(KERNELS)
+"""The named kernels the explorer offers: those of :data:`attnlib.KERNELS`."""
+
+ANGLES: tuple[int, ...] = tuple(range(0, 360, 15))
+"""The query directions (degrees) the live explorer offers."""
+
+Kernel = str | Callable[[torch.Tensor], torch.Tensor]
+
+
+def query_at(angle: float, length: float = 2.0) -> torch.Tensor:
+    """The query ``q = length (cos angle, sin angle)`` as a ``(1, 2)`` float64 row.
+
+    Args:
+        angle: direction in degrees, counter-clockwise from the first axis.
+        length: the query's Euclidean norm.
+
+    Example:
+        >>> query_at(90.0, 2.0)
+        tensor([[0., 2.]], dtype=torch.float64)
+    """
+    check_positive_float("length", length)
+    rad = math.radians(angle)
+    cos, sin = round(math.cos(rad), 12), round(math.sin(rad), 12)  # exact zeros at 90°, 180°
+    return torch.tensor([[length * cos, length * sin]], dtype=torch.float64)
+
+
+def convex_hull(points: torch.Tensor) -> list[int]:
+    """Indices of the vertices of the convex hull of 2-D ``points``, counter-clockwise.
+
+    Andrew's monotone chain: sort the points, then build the lower and the upper chain,
+    dropping every point that makes a clockwise (or straight) turn. Points on an edge are
+    not vertices.
+
+    Args:
+        points: ``(n, 2)``.
+
+    Returns:
+        list[int]: row indices of ``points``, counter-clockwise, starting from the
+        lowest-leftmost point.
+
+    Example:
+        >>> convex_hull(torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.5, 0.2], [0.0, 1.0]]))
+        [0, 1, 3]
+    """
+    if not isinstance(points, torch.Tensor) or points.dim() != 2 or points.shape[1] != 2:
+        got = tuple(points.shape) if isinstance(points, torch.Tensor) else type(points).__name__
+        raise ValueError(f"points must be a tensor of shape (n, 2); got {got}")
+    pts = points.detach().to("cpu", torch.float64).tolist()
+    order = sorted(range(len(pts)), key=lambda i: (pts[i][0], pts[i][1]))
+    if len(order) < 3:
+        return order
+
+    def turn(o: int, a: int, b: int) -> float:  # > 0: counter-clockwise turn o -> a -> b
+        return ((pts[a][0] - pts[o][0]) * (pts[b][1] - pts[o][1])
+                - (pts[a][1] - pts[o][1]) * (pts[b][0] - pts[o][0]))
+
+    def chain(indices: list[int]) -> list[int]:
+        out: list[int] = []
+        for i in indices:
+            while len(out) >= 2 and turn(out[-2], out[-1], i) <= 1e-12:
+                out.pop()
+            out.append(i)
+        return out
+
+    lower, upper = chain(order), chain(order[::-1])
+    return lower[:-1] + upper[:-1]
+
+
+def _inside(point: Sequence[float], polygon: Sequence[Sequence[float]]) -> bool:
+    """Whether ``point`` lies in the counter-clockwise convex ``polygon`` (edges included)."""
+    n = len(polygon)
+    for k in range(n):
+        (ax, ay), (bx, by) = polygon[k], polygon[(k + 1) % n]
+        if (bx - ax) * (point[1] - ay) - (by - ay) * (point[0] - ax) < -1e-9:
+            return False
+    return True
+
+
+def _weights_and_output(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, kernel: Kernel, scale: float | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``P[0, :]`` and ``y`` for one query, in float64 on the CPU."""
+    K = keys.detach().to("cpu", torch.float64)
+    V = values.detach().to("cpu", torch.float64)
+    P = attention_weights(q, K, kernel=kernel, scale=scale)[0]  # (N_KV,)
+    y = attention(q, K, V, kernel=kernel, scale=scale, impl="explicit")[0]  # (d_V,)
+    return P, y
+
+
+def lookup_figure(
+    kernel: str = "softmax",
+    angle: float = 90.0,
+    *,
+    length: float = 2.0,
+    K: torch.Tensor | None = None,
+    V: torch.Tensor | None = None,
+    scale: float | None = None,
+) -> go.Figure:
+    """One soft lookup, drawn: keys and query, the weight row, the output among the values.
+
+    The query ``q = length (cos angle, sin angle)`` is scored against every key with the
+    kernel, ``A[0, j] = f(scale <q, k_j>)``; the weights are ``P[0, j] = A[0, j] / Z[0, 0]``
+    and the output is ``y = sum_j P[0, j] v_j``. Marker sizes of keys and values grow with
+    their weight. The right panel shades the convex hull of the values, inside which ``y``
+    must lie whenever ``Z[0, 0] > 0``.
+
+    Args:
+        kernel: a name in :data:`attnlib.KERNELS` (the explorer's dropdown).
+        angle: the query's direction in degrees.
+        length: the query's norm.
+        K: ``(N_KV, 2)`` keys; :data:`KEYS` when ``None``. (Named after the paper, and
+            so that :func:`attnlib.viz.twin`'s own ``values`` argument stays free.)
+        V: ``(N_KV, 2)`` values; :data:`VALUES` when ``None``.
+        scale: multiplies the dot products; ``1/sqrt(2)`` (``1/sqrt(d_QK)``) when ``None``.
+
+    Returns:
+        go.Figure: three panels; the title gives the largest weight and the number of zero
+        weights, an annotation gives ``y`` and whether it lies in the hull.
+    """
+    if not isinstance(kernel, str) or kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {sorted(KERNELS)}; got {kernel!r}")
+    K = KEYS if K is None else K
+    V = VALUES if V is None else V
+    for name, T in (("K", K), ("V", V)):
+        if not isinstance(T, torch.Tensor) or T.dim() != 2 or T.shape[1] != 2:
+            got = tuple(T.shape) if isinstance(T, torch.Tensor) else type(T).__name__
+            raise ValueError(f"{name} must have shape (N_KV, 2) to be drawn; got {got}")
+    if K.shape[0] != V.shape[0]:
+        raise ValueError(f"K and V must have the same N_KV; got {K.shape[0]} keys and "
+                         f"{V.shape[0]} values")
+    q = query_at(angle, length)  # (1, 2)
+    P, y = _weights_and_output(q, K, V, kernel, scale)
+    K64, V64 = K.detach().to("cpu", torch.float64), V.detach().to("cpu", torch.float64)
+    n_kv = K64.shape[0]
+    names = [str(j) for j in range(n_kv)]  # from 0, as in the prose and the code
+    sizes = rounded(8 + 26 * P, 3)
+    hull = convex_hull(V64)
+    polygon = [V64[j].tolist() for j in hull]
+    inside = bool(P.sum() > 0) and _inside(y.tolist(), polygon)
+
+    reach = 1.25 * max(float(K64.abs().max()), length)
+    lo, hi = V64.min(dim=0).values, V64.max(dim=0).values
+    pad = 0.15 * float((hi - lo).max())
+    closed = [*hull, hull[0]]
+    traces = [
+        go.Scatter(
+            x=rounded(K64[:, 0]), y=rounded(K64[:, 1]), mode="markers+text",
+            text=[f"k{n}" for n in names], textposition="top right", name="keys", cliponaxis=False,
+            marker={"color": COLORS["main"], "size": sizes, "symbol": "circle"},
+            hovertemplate="key %{text}: (%{x}, %{y})<extra></extra>",
+        ),
+        go.Scatter(
+            x=[0.0, rounded(float(q[0, 0]))], y=[0.0, rounded(float(q[0, 1]))],
+            mode="lines+markers+text", text=["", "q"], textposition="top left", name="query",
+            line={"color": COLORS["reference"], "width": 3},
+            marker={"color": COLORS["reference"], "size": [0, 12], "symbol": "diamond"},
+            hovertemplate="query (%{x:.3f}, %{y:.3f})<extra></extra>",
+        ),
+        go.Bar(
+            x=names, y=rounded(P), text=[f"{w:.3f}" for w in P.tolist()],
+            textposition="outside", marker={"color": COLORS["main"]}, name="weights",
+            showlegend=False, xaxis="x2", yaxis="y2",
+            hovertemplate="P[0, %{x}] = %{y:.4f}<extra></extra>",
+        ),
+        go.Scatter(
+            x=rounded(V64[closed, 0]), y=rounded(V64[closed, 1]), mode="lines", fill="toself",
+            fillcolor="rgba(86, 180, 233, 0.18)",
+            line={"color": OKABE_ITO["sky blue"], "width": 1},
+            name="convex hull of the values", hoverinfo="skip", xaxis="x3", yaxis="y3",
+        ),
+        go.Scatter(
+            x=rounded(V64[:, 0]), y=rounded(V64[:, 1]), mode="markers+text",
+            text=[f"v{n}" for n in names], textposition="bottom right", name="values",
+            cliponaxis=False,
+            marker={"color": COLORS["main"], "size": sizes, "symbol": "square"},
+            xaxis="x3", yaxis="y3", hovertemplate="value %{text}: (%{x}, %{y})<extra></extra>",
+        ),
+        go.Scatter(
+            x=[rounded(float(y[0]))], y=[rounded(float(y[1]))], mode="markers+text",
+            text=["y"], textposition="top left", name="output y",
+            marker={"color": COLORS["reference"], "size": 16, "symbol": "star",
+                    "line": {"color": COLORS["marker"], "width": 1}},
+            xaxis="x3", yaxis="y3", hovertemplate="y = (%{x:.3f}, %{y:.3f})<extra></extra>",
+        ),
+    ]
+    # Two square panels side by side (keys, values), the weight row across the bottom, so
+    # the figure stays legible in a narrow page column. Every marker is labelled, so the
+    # figure needs no legend.
+    x_dom = {"keys": [0.0, 0.44], "values": [0.56, 1.0], "weights": [0.0, 1.0]}
+    y_dom = {"keys": [0.42, 1.0], "values": [0.42, 1.0], "weights": [0.0, 0.24]}
+    panel_titles = {"keys": "keys k_j and the query q",
+                    "values": "values v_j, their hull (shaded), the output y",
+                    "weights": "weights P[0, j] = A[0, j] / Z[0, 0]"}
+    where = "inside" if inside else "outside"
+    annotations = [
+        {"text": panel_titles[k], "xref": "paper", "yref": "paper",
+         "x": sum(x_dom[k]) / 2, "y": y_dom[k][1] + 0.01, "xanchor": "center",
+         "yanchor": "bottom", "showarrow": False, "font": {"size": 13}}
+        for k in ("keys", "values", "weights")
+    ]
+    annotations.append({
+        "text": f"y = ({float(y[0]):.2f}, {float(y[1]):.2f}), {where} the hull",
+        "xref": "x3 domain", "yref": "y3 domain", "x": 0.02, "y": 0.99, "xanchor": "left",
+        "yanchor": "top", "showarrow": False, "bgcolor": "rgba(255,255,255,0.85)",
+    })
+    square = {"constrain": "domain"}  # equal scales shrink the panel, never cut the range
+    layout = {
+        "xaxis": {"domain": x_dom["keys"], "range": rounded([-reach, reach], 4),
+                  "anchor": "y", **square},
+        "yaxis": {"domain": y_dom["keys"], "range": rounded([-reach, reach], 4),
+                  "anchor": "x", "scaleanchor": "x", **square},
+        "xaxis2": {"domain": x_dom["weights"], "anchor": "y2", "type": "category",
+                   "title": {"text": "key j", "standoff": 4}},
+        "yaxis2": {"domain": y_dom["weights"], "range": [0.0, 1.18], "anchor": "x2",
+                   "tickvals": [0.0, 0.5, 1.0]},
+        "xaxis3": {"domain": x_dom["values"], "anchor": "y3", **square,
+                   "range": rounded([float(lo[0]) - pad, float(hi[0]) + pad], 4)},
+        "yaxis3": {"domain": y_dom["values"], "anchor": "x3", "scaleanchor": "x3", **square,
+                   "range": rounded([float(lo[1]) - pad, float(hi[1]) + pad], 4)},
+        "annotations": annotations,
+        "showlegend": False,
+    }
+    fig = go.Figure(data=traces, layout=layout)
+    n_zero = int((P == 0).sum())
+    title = (f"Kernel {kernel}, query at {angle:g}°: largest weight {float(P.max()):.3f}, "
+             f"{n_zero} of {n_kv} weights zero")
+    style(fig, title, height=HEIGHT + 220)
+    fig.update_layout(margin={"l": 40, "r": 20, "b": 50})
+    return fig
+
+
+def kernel_table(
+    query: torch.Tensor,
+    K: torch.Tensor,
+    V: torch.Tensor,
+    kernels: Mapping[str, Kernel],
+    *,
+    scale: float | None = None,
+) -> pd.DataFrame:
+    """The same lookup under several kernels: weight row, output, largest weight, zeros.
+
+    Args:
+        query: ``(1, d_QK)`` one query.
+        K: ``(N_KV, d_QK)`` keys.
+        V: ``(N_KV, d_V)`` values.
+        kernels: display name -> a name in :data:`attnlib.KERNELS` or a callable ``f``.
+        scale: multiplies the dot products; ``1/sqrt(d_QK)`` when ``None``.
+
+    Returns:
+        pd.DataFrame: one row per kernel; columns ``key 0`` ... ``key N_KV - 1`` (the
+        weights ``P[0, j]``), ``y[0]`` ... ``y[d_V - 1]`` (the output), ``largest weight`` and
+        ``zero weights``; numbers rounded to 4 decimals.
+    """
+    if not isinstance(query, torch.Tensor) or query.dim() != 2 or query.shape[0] != 1:
+        got = tuple(query.shape) if isinstance(query, torch.Tensor) else type(query).__name__
+        raise ValueError(f"query must have shape (1, d_QK); got {got}")
+    q = query.detach().to("cpu", torch.float64)
+    rows = {}
+    for name, kernel in kernels.items():
+        P, y = _weights_and_output(q, K, V, kernel, scale)
+        row = {f"key {j}": round(float(w), 4) for j, w in enumerate(P)}
+        row |= {f"y[{c}]": round(float(v), 4) for c, v in enumerate(y)}
+        row["largest weight"] = round(float(P.max()), 4)
+        row["zero weights"] = int((P == 0).sum())
+        rows[name] = row
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("kernel")
+
+
+def fit_slope(x: Sequence[float], y: Sequence[float]) -> float:
+    """Least-squares slope of ``log y`` against ``log x``: the exponent ``p`` in ``y ~ x^p``.
+
+    Example:
+        >>> round(fit_slope([1, 2, 4], [3, 12, 48]), 6)
+        2.0
+    """
+    lx = torch.log(torch.as_tensor(x, dtype=torch.float64))
+    ly = torch.log(torch.as_tensor(y, dtype=torch.float64))
+    if lx.dim() != 1 or lx.shape != ly.shape or lx.numel() < 2:
+        raise ValueError(f"x and y must be two sequences of the same length >= 2; got "
+                         f"{tuple(lx.shape)} and {tuple(ly.shape)}")
+    dx = lx - lx.mean()
+    return float((dx * (ly - ly.mean())).sum() / (dx * dx).sum())
+
+
+def cost_figure(
+    n: Sequence[int], seconds: Sequence[float], counts: Sequence[int]
+) -> go.Figure:
+    """Measured time of one attention call against ``N``, log-log, with the fitted slope.
+
+    Args:
+        n: the sizes ``N = N_Q = N_KV``.
+        seconds: the measured time at each size (a median of repeats).
+        counts: the multiply-add count at each size, drawn scaled to meet the largest
+            measurement, as the reference of slope 2.
+
+    Returns:
+        go.Figure: measured times (ms), the fitted power law and the scaled count; the
+        annotation gives the fitted slope.
+    """
+    n, seconds, counts = list(n), list(seconds), list(counts)
+    if not len(n) == len(seconds) == len(counts) or len(n) < 2:
+        raise ValueError(f"n, seconds and counts must have the same length >= 2; got "
+                         f"{len(n)}, {len(seconds)} and {len(counts)}")
+    slope = fit_slope(n, seconds)
+    ms = [1e3 * s for s in seconds]
+    log_mean = sum(math.log(t) for t in ms) / len(ms) - slope * sum(
+        math.log(x) for x in n) / len(n)
+    fitted = [math.exp(log_mean) * x**slope for x in n]
+    reference = [c * ms[-1] / counts[-1] for c in counts]
+    fig = go.Figure([
+        go.Scatter(x=n, y=rounded(ms, 4), mode="markers", name="measured (median)",
+                   marker={"color": COLORS["main"], "size": 10, "symbol": "circle"},
+                   hovertemplate="N = %{x}<br>%{y:.3g} ms<extra></extra>"),
+        go.Scatter(x=n, y=rounded(fitted, 4), mode="lines", name=f"fit: slope {slope:.2f}",
+                   line={"color": COLORS["main"], "dash": DASHES["marker"]}),
+        go.Scatter(x=n, y=rounded(reference, 4), mode="lines",
+                   name="multiply-adds N²(d_QK + d_V), scaled",
+                   line={"color": COLORS["reference"], "dash": DASHES["reference"]}),
+    ])
+    fig.add_annotation(text=f"fitted slope = {slope:.2f}", xref="paper", yref="paper",
+                       x=0.02, y=0.98, xanchor="left", yanchor="top", showarrow=False,
+                       bgcolor="rgba(255,255,255,0.85)")
+    fig.update_xaxes(type="log", title_text="N = N_Q = N_KV (tokens)", tickvals=n,
+                     ticktext=[str(x) for x in n])
+    fig.update_yaxes(type="log", title_text="time of one call (ms)")
+    # the lines rise to the right, so the upper left corner is free for the legend
+    fig.update_layout(legend={"x": 0.02, "xanchor": "left", "y": 0.88, "yanchor": "top"})
+    return style(fig, "The cost of a lookup grows like N²: time against N, log-log")
