@@ -16,17 +16,21 @@ BUILD := _build
 HTML := $(BUILD)/html
 LOGS := $(BUILD)/logs
 PORT ?= 8000
+# The PDF edition, beside the site; the file name is _config.yml's offline_site_pdf, which
+# the site's download menu and the intro page link.
+PDF := $(HTML)/attention-book.pdf
 # Extra flags for `jupyter-book build`; `make test` passes --all for a full rebuild.
 JB_FLAGS ?=
 
-.PHONY: help book serve lab execute test clean distclean
+.PHONY: help book pdf serve lab execute test clean distclean
 
 help:
 	@echo "make book       build the static site into $(HTML)"
+	@echo "make pdf        the whole book as one PDF, $(PDF) (Chromium prints it; no TeX)"
 	@echo "make serve      build, then serve it at http://127.0.0.1:$(PORT)"
 	@echo "make lab        JupyterLab on the lessons"
 	@echo "make execute    run lessons top to bottom and save their outputs (NB=path for one)"
-	@echo "make test       ruff, pytest, nbval, book build, standalone lessons, browser, actionlint"
+	@echo "make test       ruff, pytest, nbval, book build, standalone lessons, PDF, browser, actionlint"
 	@echo "make clean      remove $(BUILD) and caches (distclean: also .venv and node_modules)"
 
 $(VENV_STAMP): requirements.txt pyproject.toml
@@ -52,6 +56,14 @@ book: $(VENV_STAMP) $(NPM_STAMP)
 	  echo "book build failed; log and reports in $(LOGS)"; \
 	  exit $$status; \
 	fi
+
+# The single-page build, printed by Chromium (book/_ext/print_pdf.py): no TeX.
+pdf: $(VENV_STAMP) $(NPM_STAMP)
+	@mkdir -p $(LOGS)
+	@echo "jupyter-book build . --builder singlehtml  (log: $(LOGS)/pdf-build.log)"
+	$(BIN)/jupyter-book build . --builder singlehtml -W --keep-going $(JB_FLAGS) \
+	  > $(LOGS)/pdf-build.log 2>&1 || { tail -n 30 $(LOGS)/pdf-build.log; exit 1; }
+	$(BIN)/python book/_ext/print_pdf.py $(BUILD)/singlehtml $(PDF)
 
 serve: book
 	$(BIN)/python -m http.server $(PORT) --bind 127.0.0.1 -d $(HTML)
@@ -82,7 +94,10 @@ test: $(VENV_STAMP) $(NPM_STAMP)
 	BOOK_SITE_REQUIRED=1 $(BIN)/python -m pytest tests/book/site/test_site_build.py
 	@echo "== each lesson alone, as in Colab"
 	$(BIN)/python tests/check_lessons_standalone.py
-	@echo "== the site in a browser"
+	@echo "== the PDF edition (single-page build printed by Chromium)"
+	$(MAKE) pdf
+	BOOK_SITE_REQUIRED=1 $(BIN)/python -m pytest tests/book/site/test_site_pdf.py
+	@echo "== the site in a browser (page weight, axe-core, phone width)"
 	BOOK_SITE_REQUIRED=1 $(BIN)/python -m pytest tests/book/site/test_site_browser.py
 	@echo "== actionlint"
 	$(BIN)/actionlint

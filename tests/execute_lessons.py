@@ -8,7 +8,7 @@ Lessons are committed executed, because the book build never runs them and nbval
 each output with the committed one. Nothing reads widget state (the site shows each
 explorer's kernel-free twin), so the saved notebook carries none. nbclient cannot run a live
 explorer with ``store_widget_state=False`` (its Output-widget stand-in then fails), so the
-state is stored during the run and dropped before saving.
+state is stored during the run and dropped before saving, with the cells' run timestamps.
 """
 
 from __future__ import annotations
@@ -34,10 +34,13 @@ def execute(path: Path) -> float:
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
     nbclient.NotebookClient(
-        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(LESSONS)}}
+        nb, timeout=600, kernel_name="python3", record_timing=False,
+        resources={"metadata": {"path": str(LESSONS)}},
     ).execute()
     seconds = time.perf_counter() - start
     nb.metadata.pop("widgets", None)
+    for cell in nb.cells:  # run timestamps would make every execution a diff
+        cell.metadata.pop("execution", None)
     nbformat.write(nb, path)
     return seconds
 

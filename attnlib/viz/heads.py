@@ -241,6 +241,7 @@ def reads_figure(n_heads: int = 4, d_head: int = 2, *, d_in: int = 8) -> go.Figu
     for col, z in ((1, full), (2, sliced)):
         fig.add_trace(go.Heatmap(
             z=z, zmin=-0.5, zmax=n_heads - 0.5, colorscale=scale, xgap=1, ygap=1,
+            texttemplate="%{z}",  # the head number in each cell: colour is not the only cue
             showscale=col == 1, hovertemplate=hover, name=f"panel {col}",
             colorbar={"title": {"text": "head"}, "tickvals": list(range(n_heads))},
         ), row=1, col=col)

@@ -121,7 +121,32 @@ def test_lesson_pages_carry_figures_and_no_widgets(html_dir: Path, lessons: dict
         figures = sum(PLOTLY in output.get("data", {}) for output in outputs)
         assert page.count(f'<script type="{PLOTLY}">') == figures, name
         if figures:
-            assert "_vendor/plotly/plotly.min.js" in page, name
+            assert "_vendor/plotly/plotly-cartesian.min.js" in page, name
+            # Each figure goes with a caption that says what it shows and that, in print,
+            # it is interactive on the site.
+            assert page.count('<figcaption class="plotly-caption">') == figures, name
+            assert page.count("Interactive on the site") == figures, name
+
+
+def test_pages_load_only_the_scripts_they_use(html_dir: Path) -> None:
+    """A page asks for plotly.js only when it holds a figure and for MathJax only when it
+    holds math; no page asks for the theme's Font Awesome script (its web fonts suffice)."""
+    wrong = {}
+    for page in _pages(html_dir):
+        text = page.read_text(encoding="utf-8")
+        collector = _ResourceCollector()
+        collector.feed(text)
+        scripts = " ".join(collector.urls)
+        found = []
+        if ("plotly-cartesian.min.js" in scripts) != (f'<script type="{PLOTLY}">' in text):
+            found.append("plotly.js and figures disagree")
+        if ("_vendor/mathjax/" in scripts) != ('class="math' in text):
+            found.append("MathJax and math disagree")
+        if "fontawesome.js" in scripts:
+            found.append("the Font Awesome script")
+        if found:
+            wrong[page.relative_to(html_dir).as_posix()] = found
+    assert not wrong, wrong
 
 
 def test_no_page_carries_a_widget(html_dir: Path) -> None:
@@ -132,3 +157,26 @@ def test_no_page_carries_a_widget(html_dir: Path) -> None:
         if hits:
             found[page.relative_to(html_dir).as_posix()] = hits
     assert not found, f"widget views, state or embedder scripts on the site: {found}"
+
+
+def test_exercises_are_numbered_by_lesson(html_dir: Path, lessons: dict) -> None:
+    """Lesson NN's exercises read "Exercise NN.1", "NN.2", ... on its page, in order, and every
+    ``attnlib.exercises.check("NN.k", ...)`` in the notebook names one of them
+    (book/_ext/exercise_numbers.py renumbers sphinx-exercise's book-wide count)."""
+    import re
+
+    for name, nb in lessons.items():
+        lesson = name[:2]
+        page = (html_dir / "lessons" / f"{Path(name).stem}.html").read_text(encoding="utf-8")
+        shown = re.findall(r'<span class="caption-number">Exercise (\S+) </span>', page)
+        expected = [f"{lesson}.{k}" for k in range(1, len(shown) + 1)]
+        assert shown == expected, f"{name}: exercises numbered {shown}, expected {expected}"
+        checked = {
+            label
+            for cell in nb.cells
+            if cell.cell_type == "code"
+            for label in re.findall(r'exercises\.check\(\s*"(\d\d\.\d+)"', cell.source)
+        }
+        assert checked, f"{name}: no exercise is checked with attnlib.exercises.check"
+        unknown = sorted(checked - set(shown))
+        assert not unknown, f"{name}: checks {unknown} name no exercise on the page"

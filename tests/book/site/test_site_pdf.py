@@ -1,0 +1,195 @@
+"""The PDF edition (`make pdf`): the single-page build printed by Chromium, read back with
+PDFium (pypdfium2).
+
+It has a title page, a table of contents whose page numbers lead to each chapter, every
+chapter of _toc.yml under the title its source gives it, every figure of the lessons drawn
+(at its slider's default step, with the caption saying it is interactive on the site),
+page numbers, and no text printed beyond the right margin (code wraps instead). The site
+links it from the intro page and the download menu.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import nbformat
+import pypdfium2
+import pytest
+
+PLOTLY = "application/vnd.plotly.v1+json"
+# Printed under every figure (book/_ext/offline_site.py, figure_caption).
+FIGURE_NOTE = "Interactive on the site"
+# A page of the book holds at most this many pages' worth of a chapter, on average: a
+# bound that a runaway layout (one line per page, say) breaks.
+MAX_PAGES_PER_CHAPTER = 60
+# A drawn figure (grid lines, axes, bars, curves, labels) inks well over this share of its
+# box (the sparsest, a few points and two lines, inks 2.6%); an undrawn one leaves it white.
+MIN_INK = 0.01
+# A pixel counts as ink when one of its channels is darker than this (plotly's grid lines
+# are a light grey, #eeeeee).
+INK_LEVEL = 245
+# The part of a figure's box checked for ink: the band just above its caption (PDF points;
+# the caption takes at most this many lines of about 14 points).
+CAPTION_ALLOWANCE = 80
+BAND = 150
+
+
+def _squeeze(text: str) -> str:
+    """Text without whitespace: PDF text loses or adds spaces where lines break."""
+    return "".join(text.split())
+
+
+def _first_heading(path: Path) -> str:
+    """The title a source gives its document: its first level-1 heading, as plain text."""
+    if path.suffix == ".ipynb":
+        notebook = nbformat.read(path, as_version=4)
+        lines = [
+            line
+            for cell in notebook.cells
+            if cell.cell_type == "markdown"
+            for line in cell.source.splitlines()
+        ]
+    else:
+        text = path.read_text(encoding="utf-8")
+        if text.startswith("---\n"):  # YAML front matter
+            text = text.split("\n---\n", 1)[1]
+        lines = text.splitlines()
+    heading = next(line for line in lines if line.startswith("# "))
+    return re.sub(r"[`*_]", "", heading[2:]).strip()
+
+
+@pytest.fixture(scope="module")
+def pdf_path(html_dir: Path, book_config: dict) -> Path:
+    name = book_config["sphinx"]["config"].get("offline_site_pdf", "attention-book.pdf")
+    path = html_dir / name
+    if not path.is_file():
+        message = f"no PDF edition at {path}: run `make pdf`"
+        if os.environ.get("BOOK_SITE_REQUIRED") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+@pytest.fixture(scope="module")
+def pdf(pdf_path: Path) -> Iterator[pypdfium2.PdfDocument]:
+    document = pypdfium2.PdfDocument(pdf_path)
+    try:
+        yield document
+    finally:
+        document.close()
+
+
+@pytest.fixture(scope="module")
+def page_texts(pdf: pypdfium2.PdfDocument) -> list[str]:
+    return [pdf[i].get_textpage().get_text_range() for i in range(len(pdf))]
+
+
+@pytest.fixture(scope="module")
+def chapter_titles(book_root: Path, toc_files: list[str]) -> dict[str, str]:
+    titles = {}
+    for name in toc_files:
+        source = next(book_root.glob(f"{name}.*"))
+        titles[name] = _first_heading(source)
+    return titles
+
+
+def test_page_count_and_page_numbers(
+    pdf: pypdfium2.PdfDocument, page_texts: list[str], toc_files: list[str]
+) -> None:
+    """Title page, contents, then each chapter on pages of its own; each page numbered."""
+    count = len(pdf)
+    assert len(toc_files) + 2 <= count <= MAX_PAGES_PER_CHAPTER * len(toc_files), count
+    unnumbered = [
+        number
+        for number, text in enumerate(page_texts, start=1)
+        if not _squeeze(text).endswith(f"{number}/{count}")
+    ]
+    assert not unnumbered, f"pages without their number in the footer: {unnumbered}"
+
+
+def test_every_chapter_title_is_in_the_text(
+    page_texts: list[str], chapter_titles: dict[str, str]
+) -> None:
+    body = _squeeze("".join(page_texts[2:]))  # after the title page and the contents
+    missing = [title for title in chapter_titles.values() if _squeeze(title) not in body]
+    assert not missing, f"chapter titles not found in the PDF's text: {missing}"
+
+
+def test_contents_lead_to_each_chapter(
+    pdf: pypdfium2.PdfDocument, page_texts: list[str], chapter_titles: dict[str, str]
+) -> None:
+    """The contents page gives every chapter a page number, in order, and the chapter's
+    title heads that page."""
+    contents = " ".join(page_texts[1].split())
+    assert contents.startswith("Contents"), contents[:200]
+    numbers = []
+    for name, title in chapter_titles.items():
+        found = re.search(re.escape(" ".join(title.split())) + r" (\d+)", contents)
+        assert found, f"the contents give no page for {name} ({title!r})"
+        numbers.append(int(found.group(1)))
+        page_text = _squeeze(page_texts[numbers[-1] - 1])
+        assert _squeeze(title) in page_text[: len(_squeeze(title)) + 200], (
+            f"page {numbers[-1]} does not start {name} ({title!r})"
+        )
+    assert numbers == sorted(numbers) and numbers[-1] <= len(pdf), numbers
+
+
+def test_every_figure_is_drawn(
+    pdf: pypdfium2.PdfDocument, page_texts: list[str], lessons: dict, toc_files: list[str]
+) -> None:
+    """Each figure of the lessons is printed, and the box above its caption holds ink."""
+    expected = sum(
+        PLOTLY in output.get("data", {})
+        for name, notebook in lessons.items()
+        if f"lessons/{name}" in toc_files
+        for cell in notebook.cells
+        if cell.cell_type == "code" and "remove-output" not in cell.metadata.get("tags", [])
+        for output in cell.outputs
+    )
+    assert expected, "no lesson in the table of contents has a figure"
+    printed = sum(_squeeze(text).count(_squeeze(FIGURE_NOTE)) for text in page_texts)
+    assert printed == expected, f"{printed} figure captions printed, {expected} figures"
+    blank = []
+    for index, text in enumerate(page_texts):
+        if _squeeze(FIGURE_NOTE) not in _squeeze(text):
+            continue
+        page = pdf[index]
+        textpage = page.get_textpage()
+        image = page.render(scale=1).to_numpy()[:, :, :3]  # 1 px per point
+        height = image.shape[0]
+        searcher = textpage.search(FIGURE_NOTE)
+        while (hit := searcher.get_next()) is not None:
+            _, top = textpage.get_charbox(hit[0])[1::2]  # bottom, top in points from below
+            row = height - int(top)  # the caption's line, in image rows from the top
+            band = image[max(0, row - CAPTION_ALLOWANCE - BAND) : max(0, row - CAPTION_ALLOWANCE)]
+            ink = float((band.min(axis=2) < INK_LEVEL).mean()) if band.size else 0.0
+            if ink < MIN_INK:
+                blank.append(f"page {index + 1}: {ink:.3f} of the figure's box inked")
+    assert not blank, blank
+
+
+def test_nothing_runs_past_the_right_margin(pdf: pypdfium2.PdfDocument) -> None:
+    """Code wraps and wide content is scaled to the column: no text beyond the margin."""
+    overflowing = []
+    for index in range(len(pdf)):
+        page = pdf[index]
+        width, height = page.get_size()
+        beyond = page.get_textpage().get_text_bounded(
+            left=width - 20, bottom=0, right=width, top=height
+        )
+        if beyond.strip():
+            overflowing.append(f"page {index + 1}: {beyond.strip()[:60]!r}")
+    assert not overflowing, overflowing
+
+
+def test_site_links_the_pdf(html_dir: Path, pdf_path: Path, toc: dict) -> None:
+    """The intro page and every page's download menu link the PDF edition."""
+    for page in (html_dir / f"{toc['root']}.html", html_dir / "lessons"):
+        pages = sorted(page.glob("*.html")) if page.is_dir() else [page]
+        for path in pages:
+            hrefs = re.findall(r'href="([^"#?]+\.pdf)"', path.read_text(encoding="utf-8"))
+            targets = {(path.parent / href).resolve() for href in hrefs}
+            assert pdf_path.resolve() in targets, f"{path.name} does not link {pdf_path.name}"
