@@ -117,8 +117,11 @@ def port_llama(
     return attn
 
 
-def run_llama(
-    hf: LlamaAttention, rotary: LlamaRotaryEmbedding, X: torch.Tensor, start: int = 0,
+def run_hf(
+    hf: LlamaAttention | DeepseekV3Attention,
+    rotary: LlamaRotaryEmbedding | DeepseekV3RotaryEmbedding,
+    X: torch.Tensor,
+    start: int = 0,
     cache: DynamicCache | None = None,
 ) -> torch.Tensor:
     """Hugging Face's causal forward of ``X``, the tokens at positions ``start, start + 1, ...``."""
@@ -133,7 +136,7 @@ def test_llama_attention_half_split(device):
     config, hf, rotary = llama(device)
     attn = port_llama(hf, config)  # Hugging Face's rotate_half pairs (i, i + d/2)
     X = torch.randn(BATCH, N_TOKENS, config.hidden_size, device=device)
-    Y_hf = run_llama(hf, rotary, X)
+    Y_hf = run_hf(hf, rotary, X)
     assert_close(attn(X, causal=True), Y_hf, **TOL)
     assert_close(attn(X, causal=True, impl="explicit"), Y_hf, **TOL)
 
@@ -150,7 +153,7 @@ def test_llama_attention_interleaved_through_the_column_permutation(device):
     assert torch.equal(meta_to_hf(W_Q_meta.T, H), hf.q_proj.weight)
 
     X = torch.randn(BATCH, N_TOKENS, config.hidden_size, device=device)
-    Y_hf = run_llama(hf, rotary, X)
+    Y_hf = run_hf(hf, rotary, X)
     assert_close(port_llama(hf, config, src)(X, causal=True), Y_hf, **TOL)
     # With d = 8 the permutation is not its own inverse: the other direction and the
     # identity both pair the wrong coordinates and miss by far more than the tolerance.
@@ -173,12 +176,12 @@ def test_llama_attention_cached(device, interleaved):
     pieces = [(0, N_PREFILL)] + [(t, t + 1) for t in range(N_PREFILL, N_TOKENS)]
     outputs = []
     for a, b in pieces:
-        Y_hf = run_llama(hf, rotary, X[:, a:b], start=a, cache=hf_cache)
+        Y_hf = run_hf(hf, rotary, X[:, a:b], start=a, cache=hf_cache)
         Y = attn(X[:, a:b], causal=True, cache=cache)
         assert_close(Y, Y_hf, **TOL)
         outputs.append(Y)
     assert cache.n_tokens == hf_cache.get_seq_length() == N_TOKENS
-    assert_close(torch.cat(outputs, dim=1), run_llama(hf, rotary, X), **TOL)
+    assert_close(torch.cat(outputs, dim=1), run_hf(hf, rotary, X), **TOL)
 
 
 # ---------------------------------------------------------------------------------------
@@ -243,16 +246,6 @@ def port_deepseek(hf: DeepseekV3Attention, config: DeepseekV3Config) -> MultiHea
     return mla
 
 
-def run_deepseek(
-    hf: DeepseekV3Attention, rotary: DeepseekV3RotaryEmbedding, X: torch.Tensor, start: int = 0,
-    cache: DynamicCache | None = None,
-) -> torch.Tensor:
-    n = X.shape[-2]
-    cos_sin = rotary(X, position_ids(start, n, X.device))
-    mask = additive_causal_mask(n, start + n, X.device)
-    return hf(X, position_embeddings=cos_sin, attention_mask=mask, cache=cache)[0]
-
-
 Q_LORA = pytest.mark.parametrize("q_lora_rank", [12, None], ids=["q_latent", "no_q_latent"])
 ABSORBED = pytest.mark.parametrize("absorbed", [False, True], ids=["naive", "absorbed"])
 
@@ -265,7 +258,7 @@ def test_deepseek_v3_attention(device, q_lora_rank, absorbed, rope_interleave):
     config, hf, rotary = deepseek(device, q_lora_rank, rope_interleave)
     mla = port_deepseek(hf, config)
     X = torch.randn(BATCH, N_TOKENS, config.hidden_size, device=device)
-    assert_close(mla(X, causal=True, absorbed=absorbed), run_deepseek(hf, rotary, X), **TOL)
+    assert_close(mla(X, causal=True, absorbed=absorbed), run_hf(hf, rotary, X), **TOL)
 
 
 @Q_LORA
@@ -280,14 +273,14 @@ def test_deepseek_v3_attention_cached(device, q_lora_rank, absorbed):
     pieces = [(0, N_PREFILL)] + [(t, t + 1) for t in range(N_PREFILL, N_TOKENS)]
     outputs = []
     for a, b in pieces:
-        Y_hf = run_deepseek(hf, rotary, X[:, a:b], start=a, cache=hf_cache)
+        Y_hf = run_hf(hf, rotary, X[:, a:b], start=a, cache=hf_cache)
         Y = mla(X[:, a:b], causal=True, cache=cache, absorbed=absorbed)
         assert_close(Y, Y_hf, **TOL)
         outputs.append(Y)
     # Both caches hold the latent and the one rotated key, d_L + d_R numbers per token.
     assert cache.n_tokens == hf_cache.get_seq_length() == N_TOKENS
     assert cache.L.shape[-1] + cache.k_R.shape[-1] == config.kv_lora_rank + config.qk_rope_head_dim
-    assert_close(torch.cat(outputs, dim=1), run_deepseek(hf, rotary, X), **TOL)
+    assert_close(torch.cat(outputs, dim=1), run_hf(hf, rotary, X), **TOL)
 
 
 # ---------------------------------------------------------------------------------------
