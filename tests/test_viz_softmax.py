@@ -191,7 +191,7 @@ def test_weight_row_figure_matches_numpy(tau, d):
     scaled = _softmax(q @ K.T / (tau * math.sqrt(d)))[0]
     unscaled = _softmax(q @ K.T / tau)[0]
     left, right = fig.data
-    assert list(left.x) == list(range(1, 8))
+    assert list(left.x) == list(range(7))
     np.testing.assert_allclose(left.y, np.round(scaled, 4), atol=1e-12)
     np.testing.assert_allclose(right.y, np.round(unscaled, 4), atol=1e-12)
     titles = [a.text for a in fig.layout.annotations if "scale =" in a.text]

@@ -385,7 +385,7 @@ def weight_row_figure(
         for (name, scale, _), p in zip(panels, weights, strict=True)
     ]
     fig = make_subplots(rows=1, cols=2, subplot_titles=titles, horizontal_spacing=0.08)
-    keys = list(range(1, n_kv + 1))
+    keys = list(range(n_kv))  # key j = 0 .. N_KV - 1, the book's indexing
     uniform = round(1 / n_kv, 6)
     for col, ((name, _, color), p) in enumerate(zip(panels, weights, strict=True), start=1):
         fig.add_trace(go.Bar(
