@@ -165,6 +165,11 @@ def _compare(
     return "close, but not within the tolerance: recompute without rounding."
 
 
+def _scalar(x: float) -> torch.Tensor:
+    """A number as a float64 scalar tensor, the form :func:`_compare` compares."""
+    return torch.tensor(float(x), dtype=torch.float64)
+
+
 def _integer(answer: object) -> int | None:
     if isinstance(answer, (bool, np.bool_)):
         return None
@@ -236,17 +241,16 @@ def _closest_pair(answer: object) -> str | None:
     n, d = LLAMA3_70B.vocab_size, LLAMA3_70B.d_model
     pairs = n * (n - 1) / 2
     expected = math.sqrt(2 * math.log(pairs) / d)
-    t = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
     return _compare(
-        answer, t(expected), rel=0.01, what="one number, the largest |cos| (a float)",
+        answer, _scalar(expected), rel=0.01, what="one number, the largest |cos| (a float)",
         mistakes=(
-            (t(math.degrees(math.acos(expected))),
+            (_scalar(math.degrees(math.acos(expected))),
              "that is the angle in degrees; the question asks for the cosine."),
-            (t(math.sqrt(2 * math.log(n) / d)),
+            (_scalar(math.sqrt(2 * math.log(n) / d)),
              "count pairs of rows, N_T (N_T - 1) / 2, not rows: each pair has a cosine."),
-            (t(math.sqrt(2 * math.log10(pairs) / d)),
+            (_scalar(math.sqrt(2 * math.log10(pairs) / d)),
              "use the natural logarithm (math.log), not log10."),
-            (t(2 * math.log(pairs) / d), "you forgot the square root."),
+            (_scalar(2 * math.log(pairs) / d), "you forgot the square root."),
         ),
     )
 
@@ -375,16 +379,15 @@ def _chat_cost(answer: object) -> str | None:
     with FlopCounterMode(display=False) as counter:  # shapes only: meta tensors hold no data
         attention(Q, K, V, impl="explicit")
     expected = counter.get_total_flops() // 2  # PyTorch counts 2 operations per multiply-add
-    t = lambda x: torch.tensor(float(x), dtype=torch.float64)  # noqa: E731
     return _compare(
-        answer, t(expected), rel=1e-6, what="one number of multiply-adds",
+        answer, _scalar(expected), rel=1e-6, what="one number of multiply-adds",
         mistakes=(
-            (t(2 * expected), "that counts a multiply and an add separately; count each "
-                              "multiply-add once."),
-            (t(expected // 2), "that is one of the two products only; add Q K^T (d_QK per "
-                               "entry) and A V (d_V per entry)."),
-            (t(n_kv * n_kv * 2 * width), "that recomputes every token of the conversation; "
-                                         "only the question's N_Q tokens are queries."),
+            (_scalar(2 * expected), "that counts a multiply and an add separately; count each "
+                                    "multiply-add once."),
+            (_scalar(expected // 2), "that is one of the two products only; add Q K^T (d_QK per "
+                                     "entry) and A V (d_V per entry)."),
+            (_scalar(n_kv * n_kv * 2 * width), "that recomputes every token of the conversation; "
+                                               "only the question's N_Q tokens are queries."),
         ),
     )
 
@@ -425,16 +428,16 @@ def _gemma_width_parameters(answer: object) -> str | None:
     layer = MultiHeadAttention(d, n_heads, d_head, device="meta")  # shapes only
     expected = sum(p.numel() for p in layer.parameters())
     width = n_heads * d_head
-    t = lambda x: torch.tensor(float(x), dtype=torch.float64)  # noqa: E731
     return _compare(
-        answer, t(expected), rel=1e-9, what="one number of parameters (an int)",
+        answer, _scalar(expected), rel=1e-9, what="one number of parameters (an int)",
         mistakes=(
-            (t(4 * d * d), "that assumes H d_head = d_in; here H d_head = 32 x 128 = 4096 is "
-                           "narrower than d_in = 5376."),
-            (t(3 * d * width), "that counts W_Q, W_K and W_V only; add the output matrix W_O."),
-            (t(4 * d * d_head), "that is one head's share; the layer has H = 32 heads."),
-            (t(4 * width * width), "the rows of W_Q, W_K, W_V are the d_in = 5376 input "
-                                   "features, not H d_head."),
+            (_scalar(4 * d * d), "that assumes H d_head = d_in; here H d_head = 32 x 128 = 4096 is "
+                                 "narrower than d_in = 5376."),
+            (_scalar(3 * d * width),
+             "that counts W_Q, W_K and W_V only; add the output matrix W_O."),
+            (_scalar(4 * d * d_head), "that is one head's share; the layer has H = 32 heads."),
+            (_scalar(4 * width * width), "the rows of W_Q, W_K, W_V are the d_in = 5376 input "
+                                         "features, not H d_head."),
         ),
     )
 
@@ -509,16 +512,15 @@ def _swiglu_parameters(answer: object) -> str | None:
 
     d, d_ff = LLAMA3_8B.d_model, 14_336  # d_ff: Table 3 of the Llama 3 paper
     count = sum(p.numel() for p in FeedForward(d, d_ff, "swiglu", device="meta").parameters())
-    t = lambda x: torch.tensor(float(x), dtype=torch.float64)  # noqa: E731
     return _compare(
-        answer, t(count), rel=1e-6, what="one number of parameters",
+        answer, _scalar(count), rel=1e-6, what="one number of parameters",
         mistakes=(
-            (t(2 * d * d_ff), "that counts two matrices; SwiGLU has three, W_gate, W_up and "
-                              "W_down."),
-            (t(count * LLAMA3_8B.n_layers), "that is all the layers; the question asks for "
-                                            "one feed-forward network."),
-            (t(8 * d * d), "that is a plain MLP with d_ff = 4d; use Llama 3's d_ff and three "
-                           "matrices."),
+            (_scalar(2 * d * d_ff), "that counts two matrices; SwiGLU has three, W_gate, W_up and "
+                                    "W_down."),
+            (_scalar(count * LLAMA3_8B.n_layers), "that is all the layers; the question asks for "
+                                                  "one feed-forward network."),
+            (_scalar(8 * d * d), "that is a plain MLP with d_ff = 4d; use Llama 3's d_ff and three "
+                                 "matrices."),
         ),
     )
 
