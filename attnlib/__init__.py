@@ -33,7 +33,8 @@ Example:
             [1, 1, 1]], dtype=torch.int32)
 """
 
-from attnlib import tokens  # noqa: F401  (lesson 00; reachable as attnlib.tokens)
+# lesson 00's tokens and lesson 09's approx and gates, reachable as attnlib.tokens, ...
+from attnlib import approx, gates, tokens  # noqa: F401
 from attnlib.cache import KVCache, LatentCache
 from attnlib.core import KERNELS, attention, attention_weights, row_normalise, similarity
 from attnlib.device import default_device

@@ -5,8 +5,15 @@ earlier token. Those never change, so they are computed once and kept:
 
 * :class:`KVCache` keeps ``K`` and ``V`` per KV head: ``2 * G * d_head`` numbers per token
   and layer (``G = H`` for MHA, ``G = 1`` for MQA).
+* :class:`StaticKVCache` keeps the same ``K`` and ``V`` in buffers allocated once for
+  ``max_tokens`` tokens and written in place; :class:`KVCache` grows by ``torch.cat``,
+  which copies everything it holds at every call.
 * :class:`LatentCache` keeps MLA's shared latent ``L = X W_L`` (``d_L`` numbers) and, with
   decoupled RoPE, the one rotated key ``k_R`` (``d_R`` numbers) per token and layer.
+
+What the cache saves is arithmetic. :func:`decode_step_macs` counts the multiply-adds of one
+decoder forward pass and :func:`generation_macs` those of every step of a greedy
+generation, with and without a cache.
 
 Queries are never cached: each is used once, by the step that made it. Feeding a sequence
 through a module in pieces with a cache gives the same outputs as one causal call over
@@ -18,9 +25,21 @@ from __future__ import annotations
 
 import torch
 
-from attnlib._checks import check_tensor
+from attnlib._checks import (
+    check_bool,
+    check_choice,
+    check_nonnegative_int,
+    check_positive_int,
+    check_tensor,
+)
 
-__all__ = ["KVCache", "LatentCache"]
+__all__ = [
+    "KVCache",
+    "LatentCache",
+    "StaticKVCache",
+    "decode_step_macs",
+    "generation_macs",
+]
 
 
 def _append(name: str, held: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor:
@@ -28,6 +47,12 @@ def _append(name: str, held: torch.Tensor | None, new: torch.Tensor) -> torch.Te
     check_tensor(name, new, min_dim=2)
     if held is None:
         return new
+    _check_fits(name, held, new)
+    return torch.cat((held, new), dim=-2)  # a new tensor: every held row is copied
+
+
+def _check_fits(name: str, held: torch.Tensor, new: torch.Tensor) -> None:
+    """``new`` must match ``held`` in every dimension but the token axis, in dtype and device."""
     same_rest = held.shape[:-2] == new.shape[:-2] and held.shape[-1] == new.shape[-1]
     if not same_rest:
         raise ValueError(
@@ -39,7 +64,14 @@ def _append(name: str, held: torch.Tensor | None, new: torch.Tensor) -> torch.Te
             f"{name} must match the cache's dtype and device ({held.dtype}, {held.device}); "
             f"got ({new.dtype}, {new.device})"
         )
-    return torch.cat((held, new), dim=-2)
+
+
+def _check_kv_pair(K: torch.Tensor, V: torch.Tensor) -> None:
+    if K.shape[-2] != V.shape[-2] or K.shape[:-2] != V.shape[:-2]:
+        raise ValueError(
+            "K and V must have the same leading shape and token count; "
+            f"got K {tuple(K.shape)} and V {tuple(V.shape)}"
+        )
 
 
 def _nbytes(*tensors: torch.Tensor | None) -> int:
@@ -89,11 +121,7 @@ class KVCache:
         Returns:
             ``(K_all, V_all)`` with ``N_all = n_tokens`` rows.
         """
-        if K.shape[-2] != V.shape[-2] or K.shape[:-2] != V.shape[:-2]:
-            raise ValueError(
-                "K and V must have the same leading shape and token count; "
-                f"got K {tuple(K.shape)} and V {tuple(V.shape)}"
-            )
+        _check_kv_pair(K, V)
         self.K = _append("K", self.K, K)
         self.V = _append("V", self.V, V)
         return self.K, self.V
@@ -105,6 +133,96 @@ class KVCache:
     def __repr__(self) -> str:
         shape = None if self.K is None else tuple(self.K.shape)
         return f"KVCache(n_tokens={self.n_tokens}, K_shape={shape}, nbytes={self.nbytes})"
+
+
+class StaticKVCache(KVCache):
+    """A :class:`KVCache` whose buffers are allocated once and written in place.
+
+    The first :meth:`update` allocates ``K`` and ``V`` buffers of shape
+    ``(..., G, max_tokens, d)``; every call then writes the new rows into the next free
+    positions, ``buffer[..., n:n + N_new, :] = new``, and returns views of the first
+    ``n_tokens`` rows. No held row is ever copied again, where :class:`KVCache`'s
+    ``torch.cat`` copies all of them at every call. The outputs are the same: it is usable
+    wherever a :class:`KVCache` is.
+
+    Attributes:
+        max_tokens: the most tokens the buffers hold.
+
+    Example:
+        >>> cache = StaticKVCache(max_tokens=8)
+        >>> K, V = cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
+        >>> cache.n_tokens, cache.nbytes, cache.allocated_nbytes   # 3 of 8 tokens held
+        (3, 192, 512)
+
+    Lesson: 05_kv_cache.
+    """
+
+    def __init__(self, max_tokens: int) -> None:
+        self.max_tokens = check_positive_int("max_tokens", max_tokens)
+        self._K: torch.Tensor | None = None  # (..., G, max_tokens, d_head)
+        self._V: torch.Tensor | None = None  # (..., G, max_tokens, d_v)
+        self._n = 0
+
+    @property
+    def K(self) -> torch.Tensor | None:  # type: ignore[override]
+        """``(..., G, N, d_head)`` view of the held keys, or None before the first call."""
+        return None if self._K is None else self._K[..., : self._n, :]
+
+    @property
+    def V(self) -> torch.Tensor | None:  # type: ignore[override]
+        """``(..., G, N, d_v)`` view of the held values, or None before the first call."""
+        return None if self._V is None else self._V[..., : self._n, :]
+
+    @property
+    def n_tokens(self) -> int:
+        """Number of tokens held (0 for an empty cache)."""
+        return self._n
+
+    @property
+    def allocated_nbytes(self) -> int:
+        """Bytes of the two buffers, ``max_tokens`` rows each (0 before the first call)."""
+        return _nbytes(self._K, self._V)
+
+    def update(self, K: torch.Tensor, V: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write new keys and values after the held ones, in place; return everything held.
+
+        Args:
+            K: ``(..., G, N_new, d_head)`` keys of the new tokens (already rotated).
+            V: ``(..., G, N_new, d_v)`` their values.
+
+        Returns:
+            ``(K_all, V_all)``: views of the buffers with ``N_all = n_tokens`` rows.
+
+        Raises:
+            ValueError: the new tokens would not fit in ``max_tokens``, or their shape,
+                dtype or device differ from the buffers'.
+        """
+        check_tensor("K", K, min_dim=2)
+        check_tensor("V", V, min_dim=2)
+        _check_kv_pair(K, V)
+        n_new = K.shape[-2]
+        if self._n + n_new > self.max_tokens:
+            raise ValueError(
+                f"K and V must fit in max_tokens={self.max_tokens}: the cache holds "
+                f"{self._n} tokens and got {n_new} more"
+            )
+        if self._K is None or self._V is None:
+            self._K = K.new_empty((*K.shape[:-2], self.max_tokens, K.shape[-1]))
+            self._V = V.new_empty((*V.shape[:-2], self.max_tokens, V.shape[-1]))
+        _check_fits("K", self._K, K)
+        _check_fits("V", self._V, V)
+        self._K[..., self._n : self._n + n_new, :] = K  # written once, never moved
+        self._V[..., self._n : self._n + n_new, :] = V
+        self._n += n_new
+        return self.K, self.V
+
+    def reset(self) -> None:
+        """Forget every token; keep the buffers for the next sequence."""
+        self._n = 0
+
+    def __repr__(self) -> str:
+        return (f"StaticKVCache(n_tokens={self._n}, max_tokens={self.max_tokens}, "
+                f"nbytes={self.nbytes}, allocated_nbytes={self.allocated_nbytes})")
 
 
 class LatentCache:
@@ -169,3 +287,113 @@ class LatentCache:
     def __repr__(self) -> str:
         shape = None if self.L is None else tuple(self.L.shape)
         return f"LatentCache(n_tokens={self.n_tokens}, L_shape={shape}, nbytes={self.nbytes})"
+
+
+FFN_MATRICES: dict[str, int] = {"swiglu": 3, "gelu": 2, "relu": 2}
+"""Weight matrices of ``d x d_ff`` entries in each kind of feed-forward network."""
+
+
+def decode_step_macs(
+    n_q: int,
+    n_kv: int,
+    *,
+    n_layers: int,
+    d_model: int,
+    n_heads: int,
+    n_kv_heads: int,
+    d_head: int,
+    d_ff: int,
+    vocab_size: int,
+    ffn: str = "swiglu",
+) -> dict[str, int]:
+    """Multiply-adds of the matrix products of one decoder pass: ``N_Q`` rows, ``N_KV`` keys.
+
+    Per layer, with ``m`` matrices in the feed-forward network (3 for SwiGLU)::
+
+        attention   = 2 · H · N_Q · N_KV · d_head           # Q K^T, then P V (dense)
+        projections = N_Q · d · (H + 2G) · d_head + N_Q · H · d_head · d   # W_Q W_K W_V, W_O
+        ffn         = N_Q · m · d · d_ff
+
+    and once at the end the output head, ``N_Q · d · N_T``. The attention term counts
+    every (query, key) pair, masked or not, as a dense kernel computes them; elementwise
+    work (norms, RoPE, softmax, activations) is not counted.
+
+    Args:
+        n_q: ``N_Q``, rows fed through the model in this pass.
+        n_kv: ``N_KV``, keys each row is scored against (cached tokens plus new ones).
+        n_layers: ``N_L``.
+        d_model: ``d``.
+        n_heads: ``H``.
+        n_kv_heads: ``G``.
+        d_head: width of one head.
+        d_ff: hidden width of the feed-forward network.
+        vocab_size: ``N_T``, columns of the output head.
+        ffn: ``"swiglu"``, ``"gelu"`` or ``"relu"``.
+
+    Returns:
+        dict[str, int]: ``"attention"`` (all layers) and ``"other"`` (projections,
+        feed-forward networks and output head).
+
+    Example:
+        One new token against 99 cached ones in a 2-layer model of width 32:
+
+        >>> decode_step_macs(1, 100, n_layers=2, d_model=32, n_heads=4, n_kv_heads=4,
+        ...                  d_head=8, d_ff=128, vocab_size=64)
+        {'attention': 12800, 'other': 34816}
+
+    Lesson: 05_kv_cache.
+    """
+    for name, value in (("n_q", n_q), ("n_kv", n_kv), ("n_layers", n_layers),
+                        ("d_model", d_model), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads),
+                        ("d_head", d_head), ("d_ff", d_ff), ("vocab_size", vocab_size)):
+        check_positive_int(name, value)
+    check_choice("ffn", ffn, list(FFN_MATRICES))
+    attention = 2 * n_heads * n_q * n_kv * d_head  # logits and weighted average
+    projections = n_q * d_model * (n_heads + 2 * n_kv_heads) * d_head  # W_Q, W_K, W_V
+    projections += n_q * n_heads * d_head * d_model  # W_O
+    feed_forward = n_q * FFN_MATRICES[ffn] * d_model * d_ff
+    head = n_q * d_model * vocab_size
+    return {"attention": n_layers * attention,
+            "other": n_layers * (projections + feed_forward) + head}
+
+
+def generation_macs(
+    n_prompt: int, n_new: int, *, use_cache: bool, **shape: int | str
+) -> list[dict[str, int]]:
+    """:func:`decode_step_macs` of every pass of a greedy generation of ``n_new`` tokens.
+
+    The schedule is :meth:`attnlib.TinyDecoder.generate`'s: pass ``t`` (``t = 0 ..
+    n_new - 1``) produces token ``n_prompt + t``. Without a cache it feeds the whole
+    sequence so far, ``N_Q = N_KV = n_prompt + t``; with a cache, pass 0 feeds the prompt
+    (the prefill, ``N_Q = N_KV = n_prompt``) and pass ``t >= 1`` feeds one token against
+    ``N_KV = n_prompt + t`` keys.
+
+    Args:
+        n_prompt: tokens in the prompt (>= 1).
+        n_new: tokens generated (>= 0).
+        use_cache: whether the passes reuse cached keys and values.
+        **shape: the keyword arguments of :func:`decode_step_macs` but ``n_q`` and
+            ``n_kv``.
+
+    Returns:
+        list[dict[str, int]]: one count per pass, in order.
+
+    Example:
+        >>> shape = dict(n_layers=1, d_model=8, n_heads=1, n_kv_heads=1, d_head=8,
+        ...              d_ff=8, vocab_size=8)
+        >>> [s["attention"] for s in generation_macs(2, 3, use_cache=False, **shape)]
+        [64, 144, 256]
+        >>> [s["attention"] for s in generation_macs(2, 3, use_cache=True, **shape)]
+        [64, 48, 64]
+
+    Lesson: 05_kv_cache.
+    """
+    check_positive_int("n_prompt", n_prompt)
+    check_nonnegative_int("n_new", n_new)
+    check_bool("use_cache", use_cache)
+    steps = []
+    for t in range(n_new):
+        n_kv = n_prompt + t
+        n_q = 1 if (use_cache and t > 0) else n_kv  # a cache feeds only the newest token
+        steps.append(decode_step_macs(n_q, n_kv, **shape))
+    return steps

@@ -541,3 +541,415 @@ def _rms_norm_row(answer: object) -> str | None:
                           "mean square, sqrt(mean(x^2))."),
         ),
     )
+
+
+# lesson 05: the KV cache
+
+
+@_register("05.1")
+def _fp8_batch_cache(answer: object) -> str | None:
+    """Bytes of an FP8 cache: 32 layers, 8 KV heads of 128, a batch of 16 x 32,768 tokens."""
+    from attnlib.memory import kv_cache_bytes
+
+    shape = (32, 8, 128)
+    tokens, batch = 32_768, 16
+    expected = kv_cache_bytes(*shape, n_tokens=tokens, batch=batch, bytes_per_elem=1)
+    return _compare(
+        answer, _scalar(expected), rel=1e-3, what="one number of bytes",
+        mistakes=(
+            (_scalar(expected / 2), "that counts the keys only (or the values only): the cache "
+                                    "holds both, hence the factor 2."),
+            (_scalar(2 * expected), "that is a 2-byte (bf16) cache; FP8 stores 1 byte per "
+                                    "number."),
+            (_scalar(expected / batch), "that is one sequence; the batch holds 16."),
+            (_scalar(kv_cache_bytes(*shape, bytes_per_elem=1)),
+             "that is the cache of a single token; multiply by every token of the batch."),
+            (_scalar(expected / 2**30), "that is in GiB; the question asks for bytes."),
+            (_scalar(expected / 1e9), "that is in GB; the question asks for bytes."),
+        ),
+    )
+
+
+@_register("05.2")
+def _attention_saving(answer: object) -> str | None:
+    """Ratio of the attention multiply-adds without and with a cache, passes n = 1..4096."""
+    from attnlib.cache import generation_macs
+
+    n = 4096
+    shape = dict(n_layers=1, d_model=1, n_heads=1, n_kv_heads=1, d_head=1, d_ff=1,
+                 vocab_size=1)
+    totals = [sum(s["attention"] for s in generation_macs(1, n, use_cache=c, **shape))
+              for c in (False, True)]
+    return _compare(
+        answer, _scalar(totals[0] / totals[1]), rel=1e-3, what="one number, the ratio",
+        mistakes=(
+            (_scalar(totals[1] / totals[0]), "that is the inverse: divide the work without "
+                                             "the cache by the work with it."),
+            (_scalar(n), "that is N; the ratio of the sums of n^2 and of n is (2N + 1) / 3."),
+            (_scalar(n / 2), "close to the ratio of N^3 / 3 to N^2 / 2, but the sums are "
+                             "N(N+1)(2N+1)/6 and N(N+1)/2: compute them exactly."),
+        ),
+    )
+
+
+@_register("05.3")
+def _longest_context(answer: object) -> str | None:
+    """Tokens of bf16 cache that fit beside Llama 3 8B's bf16 weights in 80 GB."""
+    from attnlib.memory import LLAMA3_8B
+
+    per_token = LLAMA3_8B.kv_bytes_per_token()
+    expected = (80 * 10**9 - LLAMA3_8B.weight_bytes()) // per_token
+    got = _integer(answer)
+    if got is None:
+        return f"expected a whole number of tokens (an int); got a {type(answer).__name__}."
+    if got == expected:
+        return None
+    hints = {
+        (80 * 2**30 - LLAMA3_8B.weight_bytes()) // per_token:
+            "that takes 80 GiB (2^30 bytes each); the accelerator has 80 GB, 80 x 10^9 bytes.",
+        80 * 10**9 // per_token: "that ignores the weights, which take their share first.",
+        (80 * 10**9 - LLAMA3_8B.weight_bytes()) // (per_token // 2):
+            "that is an fp8 cache (1 byte); the question stores it in bf16, 2 bytes.",
+        (80 * 10**9 - LLAMA3_8B.weight_bytes()) // LLAMA3_8B.cache_bytes_per_token("mha"):
+            "that sizes the cache for all 32 query heads; Llama 3 8B caches its 8 KV heads.",
+    }
+    if got == expected + 1:
+        return "one token too many: round the number of tokens down, the last one must fit."
+    return hints.get(got, "not quite: divide the memory left after the weights by the cache "
+                          "bytes per token (kv_bytes_per_token()) and round down.")
+
+
+# lesson 06: grouped-query attention
+
+
+@_register("06.1")
+def _llama3_8b_cache(answer: object) -> str | None:
+    """Bytes per token of Llama 3 8B's KV cache, all layers, 16-bit numbers."""
+    from attnlib.memory import LLAMA3_8B
+
+    expected = LLAMA3_8B.kv_bytes_per_token()  # 2 N_L G d_head b
+    return _compare(
+        answer, _scalar(expected), rel=1e-9, what="one number of bytes (an int)",
+        mistakes=(
+            (_scalar(LLAMA3_8B.cache_bytes_per_token("mha")),
+             "that counts one key/value head per query head (H = 32); the cache holds the "
+             "G = 8 key/value heads only."),
+            (_scalar(expected // 2), "half the answer: count both K and V, and 2 bytes per "
+                                     "16-bit number."),
+            (_scalar(expected // LLAMA3_8B.n_layers), "that is one layer; the cache holds "
+                                                      "every layer's keys and values."),
+            (_scalar(expected // 2 // LLAMA3_8B.n_layers),
+             "that is one layer in numbers, not bytes; multiply by the layers and by 2 bytes."),
+        ),
+    )
+
+
+@_register("06.2")
+def _kv_head_of_13(answer: object) -> str | None:
+    """The key/value head that query head 13 reads when H = 32 and G = 8 (0-based)."""
+    from attnlib.heads import kv_head_index
+
+    n_heads, n_kv_heads, h = 32, 8, 13
+    expected = int(kv_head_index(n_heads, n_kv_heads)[h])
+    got = _integer(answer)
+    if got is None:
+        return f"expected a head index (an int); got a {type(answer).__name__}."
+    if got == expected:
+        return None
+    s = n_heads // n_kv_heads
+    hints = {
+        h // n_kv_heads: "that divides by G; divide by the group size s = H / G = 4.",
+        h % n_kv_heads: "that is h mod G, an interleaved grouping; PyTorch and Hugging Face "
+                        "group consecutive query heads, g(h) = h // s.",
+        (h - 1) // s + 1: "that mixes conventions: the 1-based formula floor((h - 1) / s) + 1 "
+                          "needs the 1-based head number 14; counted from 0, g(h) = h // s.",
+    }
+    return hints.get(got, f"not quite: with s = H / G = {s}, query head h reads KV head h // s.")
+
+
+@_register("06.3")
+def _weights_saved(answer: object) -> str | None:
+    """Entries of W_K and W_V saved in one Llama 3 70B layer by G = 8 instead of G = H = 64."""
+    from attnlib.memory import LLAMA3_70B
+
+    d, n_heads, n_kv, d_head = (LLAMA3_70B.d_model, LLAMA3_70B.n_heads, LLAMA3_70B.n_kv_heads,
+                                LLAMA3_70B.d_head)
+    expected = 2 * d * (n_heads - n_kv) * d_head
+    return _compare(
+        answer, _scalar(expected), rel=1e-9, what="one number of entries (an int)",
+        mistakes=(
+            (_scalar(expected // 2), "that is one matrix; W_K and W_V both shrink."),
+            (_scalar(2 * d * n_kv * d_head), "that is what W_K and W_V keep; the question asks "
+                                             "how many entries they lose."),
+            (_scalar(expected * LLAMA3_70B.n_layers), "that is all 80 layers; the question "
+                                                      "asks for one layer."),
+            (_scalar(4 * d * (n_heads - n_kv) * d_head), "W_Q and W_O keep their size: only "
+                                                         "W_K and W_V shrink."),
+        ),
+    )
+
+
+# lesson 07: multi-head latent attention
+
+
+@_register("07.1")
+def _deepseek_v3_cache(answer: object) -> str | None:
+    """Bytes per token of DeepSeek-V3's MLA cache, all layers, 16-bit: N_L (d_L + d_R) 2."""
+    from attnlib.memory import DEEPSEEK_V3
+
+    v3 = DEEPSEEK_V3
+    per_layer = v3.d_latent + v3.d_rope
+    return _compare(
+        answer, _scalar(v3.kv_bytes_per_token(2)), rel=1e-9, what="one number of bytes",
+        mistakes=(
+            (_scalar(v3.n_layers * v3.d_latent * 2), "that leaves out the rotary key: the "
+                                                     "cache holds d_L + d_R numbers per token "
+                                                     "and layer."),
+            (_scalar(2 * v3.n_layers * per_layer * 2), "there is no factor 2 for keys and values: "
+                                                       "both are read off the one latent."),
+            (_scalar(per_layer * 2), "that is one layer; multiply by the number of layers."),
+            (_scalar(v3.n_layers * per_layer), "that counts numbers; in 16-bit each takes 2 "
+                                               "bytes."),
+            (_scalar(v3.cache_bytes_per_token("mha")), "that is the multi-head cache over 128 "
+                                                       "heads; the question asks for MLA's."),
+        ),
+    )
+
+
+@_register("07.2")
+def _fewer_heads_factor(answer: object) -> str | None:
+    """(2 H d_head) / (d_L + d_R) for H = 32, d_head = 128, d_L = 512, d_R = 64."""
+    H, d_head, d_L, d_R = 32, 128, 512, 64
+    return _compare(
+        answer, _scalar(2 * H * d_head / (d_L + d_R)), rel=1e-3, what="one number, a factor",
+        mistakes=(
+            (_scalar(2 * H * d_head / d_L), "that leaves out the rotary key: MLA caches "
+                                            "d_L + d_R numbers per token and layer."),
+            (_scalar(H * d_head / (d_L + d_R)), "a multi-head cache holds keys and values: "
+                                                "2 H d_head numbers."),
+            (_scalar((d_L + d_R) / (2 * H * d_head)), "that is the inverse: divide the MHA cache "
+                                                      "by the MLA cache."),
+            (_scalar(2 * 8 * d_head / (d_L + d_R)), "that is against GQA with G = 8; the "
+                                                    "question asks for MHA over all 32 heads."),
+        ),
+    )
+
+
+@_register("07.3")
+def _merged_count(answer: object) -> str | None:
+    """Numbers in all W_LQK^h and W_LO of one DeepSeek-V2 layer."""
+    from attnlib.memory import DEEPSEEK_V2
+    from attnlib.mla import MultiHeadLatentAttention
+
+    v2 = DEEPSEEK_V2
+
+    W = MultiHeadLatentAttention(v2.d_model, v2.n_heads, v2.d_head, v2.d_latent,
+                                 d_latent_q=v2.d_latent_q, device="meta").merged_weights()
+    n_qk, n_o = W["W_LQK"].numel(), W["W_LO"].numel()
+    factors = (v2.d_latent_q * v2.n_heads * v2.d_head + 2 * v2.d_latent * v2.n_heads * v2.d_head
+               + v2.n_heads * v2.d_head * v2.d_model)
+    return _compare(
+        answer, _scalar(n_qk + n_o), rel=1e-9, what="one number of entries",
+        mistakes=(
+            (_scalar(n_qk), "that is the W_LQK^h of all heads alone; add W_LO."),
+            (_scalar(n_o), "that is W_LO alone; add the W_LQK^h of all heads."),
+            (_scalar(n_qk // v2.n_heads + n_o), "W_LQK^h is one matrix per head: count all "
+                                                f"{v2.n_heads} of them."),
+            (_scalar(factors), "that is the four factors W_LQQ, W_LK, W_LV and W_O; the "
+                               "question asks for the merged matrices."),
+        ),
+    )
+
+
+@_register("07.4")
+def _exact_latent_width(answer: object) -> str | None:
+    """Smallest d_L at which mla_from_mha converts a Llama 3 8B layer exactly."""
+    from attnlib.memory import LLAMA3_8B
+
+    llama = LLAMA3_8B
+    G, d_head, d_in = llama.n_kv_heads, llama.d_head, llama.d_model
+    expected = min(d_in, 2 * G * d_head)
+    got = _integer(answer)
+    if got is None:
+        return f"expected a whole number, a latent width; got a {type(answer).__name__}."
+    if got == expected:
+        return None
+    hints = {
+        G * d_head: "that holds the keys only; the latent must carry keys and values, "
+                    "[W_K | W_V].",
+        d_in: "that is d_in; the rank of [W_K | W_V] is bounded by its columns too, "
+              "2 G d_head, which is smaller.",
+        2 * llama.n_heads * d_head: "that uses the 32 query heads; only the G = 8 key/value "
+                                    "heads have their own K and V.",
+    }
+    return hints.get(got, "not quite: what is the largest rank the matrix [W_K | W_V] of "
+                          "shape (d_in, 2 G d_head) can have?")
+
+
+
+# lesson 08: rotary position embedding
+
+
+@_register("08.1")
+def _rope_angle(answer: object) -> str | None:
+    """<q R_7, k R_4> for d = 2, q = (1, 0), k = (0, 1): sin(7 - 4) = sin 3."""
+    from attnlib.rope import apply_rope
+
+    q = torch.tensor([[1.0, 0.0]], dtype=torch.float64)
+    k = torch.tensor([[0.0, 1.0]], dtype=torch.float64)
+
+    def dot(m: int, n: int) -> float:
+        return float(apply_rope(q, torch.tensor([m])) @ apply_rope(k, torch.tensor([n])).T)
+
+    expected = dot(7, 4)
+    return _compare(
+        answer, _scalar(expected), rel=1e-3, what="one number, the dot product (a float)",
+        mistakes=(
+            (_scalar(-expected), "the sign is flipped: that is sin(n - m); the query at m = 7 "
+                                 "has turned 3 radians further than the key, not less."),
+            (_scalar(math.sin(7 + 4)), "that adds the angles (m + n); rotating the key too "
+                                       "subtracts its angle: only m - n survives."),
+            (_scalar(math.cos(3)), "that is the cosine: the key (0, 1) picks the second "
+                                   "coordinate of the turned query, (cos 3, sin 3)."),
+            (_scalar(math.sin(math.radians(3))), "the angles are in radians, not degrees "
+                                                 "(theta_0 = 1 radian per position)."),
+            (_scalar(expected / math.sqrt(2)), "the question asks for the plain dot product, "
+                                               "without the 1/sqrt(d) scaling."),
+        ),
+    )
+
+
+@_register("08.2")
+def _slowest_wavelength(answer: object) -> str | None:
+    """Wavelength 2 pi / theta_63 of Llama 3's slowest pair (d_head = 128, b = 500,000)."""
+    from attnlib.memory import LLAMA3_8B
+    from attnlib.rope import rope_frequencies
+
+    d, base = LLAMA3_8B.d_head, 500_000.0
+    theta = rope_frequencies(d, base=base)
+    expected = 2 * math.pi / float(theta[-1])
+    return _compare(
+        answer, _scalar(expected), rel=1e-3, what="one wavelength, in positions (a float)",
+        mistakes=(
+            (_scalar(1 / float(theta[-1])), "that is 1 / theta_63, positions per radian; a "
+                                            "full turn takes 2 pi radians."),
+            (_scalar(float(theta[-1])), "that is the angle theta_63 itself; the wavelength "
+                                        "is 2 pi / theta_63."),
+            (_scalar(2 * math.pi * base), "that uses the exponent 1; theta_63 = b^(-2 * 63 / "
+                                          "128) = b^(-126/128)."),
+            (_scalar(2 * math.pi / float(rope_frequencies(d, base=10_000.0)[-1])),
+             "that is base 10,000; Llama 3 uses 500,000."),
+            (_scalar(2 * math.pi * base ** (2 * 63 / 4096)), "the exponent divides by the head "
+                                                             "width 128, not the model width."),
+        ),
+    )
+
+
+@_register("08.4")
+def _per_head_rotary_cache(answer: object) -> str | None:
+    """DeepSeek-V2's cache per token and layer if every head had its own rotated key."""
+    from attnlib.memory import DEEPSEEK_V2
+
+    ds = DEEPSEEK_V2
+    expected = ds.d_latent + ds.n_heads * ds.d_rope
+    got = _integer(answer)
+    if got is None:
+        if isinstance(answer, float) and answer == expected:
+            return None
+        return f"expected a whole number of cached numbers (an int); got a {type(answer).__name__}."
+    if got == expected:
+        return None
+    hints = {
+        ds.d_latent + ds.d_rope: "that is the real design, with one rotated key shared by all "
+                                 "heads; the question gives each head its own.",
+        ds.n_heads * ds.d_rope: "that is the rotary keys alone; the latent L is still cached.",
+        ds.values_per_token_per_layer("mha"): "that is a full multi-head cache; the latent "
+                                              "stays, only the rotary keys multiply.",
+        ds.d_latent + 2 * ds.n_heads * ds.d_rope: "that caches a rotary query per head too; "
+                                                  "queries are never cached.",
+        ds.n_layers * (ds.d_latent + ds.n_heads * ds.d_rope): "that is all 60 layers; the "
+                                                             "question asks for one layer.",
+    }
+    return hints.get(got, "not quite: add the latent width d_L and one rotary key of width "
+                          "d_R for each of the H heads.")
+
+
+# lesson 09: the frontier
+
+
+@_register("09.1")
+def _online_softmax_output(answer: object) -> str | None:
+    """Output of the online softmax for logits (0, 2 | 4, 1) and values (1, 2 | 3, 4)."""
+    from attnlib.flash import tiled_attention
+
+    # one query whose logits are q . k_j: q = (1), keys (0, 2, 4, 1), scale 1
+    t = torch.tensor([[0.0], [2.0], [4.0], [1.0]], dtype=torch.float64)
+    v = torch.tensor([[1.0], [2.0], [3.0], [4.0]], dtype=torch.float64)
+    q = torch.ones(1, 1, dtype=torch.float64)
+    expected = tiled_attention(q, t, v, block_size=2, scale=1.0).reshape(())
+    no_rescale = (math.exp(-2) * 1 + 2 + 3 + math.exp(-3) * 4) / (math.exp(-2) + 1 + 1
+                                                                   + math.exp(-3))
+    block_means = (float(torch.softmax(t[:2, 0], 0) @ v[:2, 0])
+                   + float(torch.softmax(t[2:, 0], 0) @ v[2:, 0])) / 2
+    got = _as_tensor(answer)
+    if got is not None and got.numel() == 1:
+        answer = got.reshape(())
+    return _compare(
+        answer, expected, rel=1e-3, what="one number, the output o / l",
+        mistakes=(
+            (_scalar(no_rescale), "that skips the rescaling: when the second block raises "
+                                  "the maximum from 2 to 4, multiply the old l and o by "
+                                  "e^(2 - 4) before adding the new terms."),
+            (_scalar(block_means), "that averages the two blocks' outputs; the blocks must "
+                                   "be weighted by their shares of the normaliser l."),
+            (_scalar(float(v.mean())), "that is the plain mean of the values: the weights are "
+                                       "a softmax of the logits, not uniform."),
+        ),
+    )
+
+
+@_register("09.2")
+def _recurrent_state_bytes(answer: object) -> str | None:
+    """Bytes of the linear-attention state of one sequence: 48 layers, 32 heads, r = d_V = 128."""
+    from attnlib.approx import LinearAttentionState
+
+    layers, heads, r, d_v = 48, 32, 128, 128
+    state = LinearAttentionState(lambda x: x.abs())  # any feature map that keeps r = 128
+    state.step(torch.ones(heads, r, dtype=torch.bfloat16),
+               torch.ones(heads, r, dtype=torch.bfloat16),
+               torch.ones(heads, d_v, dtype=torch.bfloat16))
+    expected = layers * state.nbytes
+    got = _integer(answer)
+    if got is None:
+        if isinstance(answer, float) and answer.is_integer():
+            got = int(answer)
+        else:
+            return f"expected a whole number of bytes; got a {type(answer).__name__}."
+    if got == expected:
+        return None
+    hints = {
+        layers * heads * r * d_v * 2: "that counts S_t only; the state also holds the "
+                                      "normaliser z_t, r more numbers per head.",
+        layers * heads * (r * d_v + r): "that counts numbers; bfloat16 takes 2 bytes each.",
+        heads * (r * d_v + r) * 2: "that is one layer; the question asks for all 48.",
+        layers * heads * (r * d_v + r) * 4: "that is float32; bfloat16 takes 2 bytes.",
+    }
+    return hints.get(got, "not quite: per head, S_t has r x d_V numbers and z_t has r; "
+                          "multiply by heads, layers and bytes per number.")
+
+
+@_register("09.3")
+def _sparse_query_cost(answer: object) -> str | None:
+    """Multiply-adds of one sparse query (indexer + top-k) over those of full attention."""
+    n, d, index_cost, k = 131_072, 128, 64, 2_048
+    expected = (n * index_cost + k * 2 * d) / (n * 2 * d)
+    return _compare(
+        answer, _scalar(expected), rel=1e-3, what="one number, a fraction between 0 and 1",
+        mistakes=(
+            (_scalar(k / n), "that counts the attention to the top-k keys only; the indexer "
+                             "scores every one of the 131,072 keys first."),
+            (_scalar(index_cost / (2 * d)), "that is the indexer alone; add the attention to "
+                                            "the 2,048 chosen keys."),
+            (_scalar(100 * expected), "that is a percentage; give the fraction."),
+        ),
+    )

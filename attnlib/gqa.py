@@ -13,6 +13,10 @@ Per head ``h``, with ``g = h // (H // G)``::
 Only ``K`` and ``V`` are cached, so the cache holds ``2 * G * d_head`` numbers per token
 and layer instead of ``2 * H * d_head``: sharing the keys and values is what saves memory.
 Queries are never shared.
+
+Two conversions: :func:`gqa_from_mha` mean-pools the KV heads of a group, the
+initialisation of Ainslie et al. (2023) for turning an MHA checkpoint into GQA, and
+:func:`from_hf_llama_attention` loads the weights of a Hugging Face ``LlamaAttention``.
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ __all__ = [
     "GroupedQueryAttention",
     "MultiHeadAttention",
     "MultiQueryAttention",
+    "from_hf_llama_attention",
+    "gqa_from_mha",
     "grouped_query_attention",
 ]
 
@@ -230,6 +236,128 @@ class MultiQueryAttention(GroupedQueryAttention):
         self, d_in: int, n_heads: int, d_head: int, d_out: int | None = None, **kw
     ) -> None:
         super().__init__(d_in, n_heads, 1, d_head, d_out, **kw)
+
+
+def gqa_from_mha(attn: GroupedQueryAttention, n_kv_heads: int) -> GroupedQueryAttention:
+    """GQA from MHA by mean-pooling: ``W_K^g = (1/r) sum_{c in group g} W_K^c``, same for ``W_V``.
+
+    The source's ``G_src`` KV heads are cut into ``n_kv_heads`` consecutive groups of
+    ``r = G_src / n_kv_heads`` heads (for an MHA source ``G_src = H`` and ``r = s``); KV
+    head ``g`` of the result is the mean of the source's KV heads ``g r`` to
+    ``(g + 1) r - 1``. ``W_Q`` and ``W_O`` are copied, and so are the RoPE settings. This
+    is the checkpoint conversion of Ainslie et al. (2023), who then train the pooled
+    model further ("uptraining").
+
+    The mean is the one matrix closest to the heads of a group in the Frobenius norm
+    (it minimises ``sum_c ||W^c - W||_F^2``). It is exact when the heads of each group
+    are equal already, in particular when ``n_kv_heads == attn.n_kv_heads``; otherwise
+    the outputs change, by little when the heads of a group are close and by much when
+    they are unrelated.
+
+    Args:
+        attn: the source, a :class:`GroupedQueryAttention` (an MHA, ``G_src = H``, or a
+            GQA with more KV heads than wanted).
+        n_kv_heads: ``G``, the KV heads of the result; must divide ``attn.n_kv_heads``.
+
+    Returns:
+        A new :class:`GroupedQueryAttention` with ``G = n_kv_heads``, on the source's
+        device and dtype; the source is not changed.
+
+    Equivalent to ``W_K.reshape(d_in, G, r, d_head).mean(dim=2).reshape(d_in, G * d_head)``.
+
+    Example:
+        >>> mha = MultiHeadAttention(d_in=16, n_heads=4, d_head=2)
+        >>> gqa = gqa_from_mha(mha, 2)
+        >>> gqa.W_K.shape, torch.equal(gqa.W_Q, mha.W_Q)
+        (torch.Size([16, 4]), True)
+        >>> torch.allclose(gqa.W_K[:, :2], (mha.W_K[:, 0:2] + mha.W_K[:, 2:4]) / 2)
+        True
+
+    Lesson: 06_gqa.
+    """
+    if not isinstance(attn, GroupedQueryAttention):
+        raise TypeError(f"attn must be a GroupedQueryAttention (MHA and MQA included); "
+                        f"got {type(attn).__name__}")
+    check_positive_int("n_kv_heads", n_kv_heads)
+    check_divisible("attn.n_kv_heads", attn.n_kv_heads, "n_kv_heads", n_kv_heads)
+    d_in, G, d_head = attn.d_in, n_kv_heads, attn.d_head
+    r = attn.n_kv_heads // G  # source KV heads pooled into each new one
+    W_ref = attn.W_Q
+    out = GroupedQueryAttention(
+        d_in, attn.n_heads, G, d_head, attn.d_out, rope_base=attn.rope_base,
+        rope_interleaved=attn.rope_interleaved, device=W_ref.device, dtype=W_ref.dtype,
+    )
+    with torch.no_grad():
+        out.W_Q.copy_(attn.W_Q)  # queries are never shared: every head keeps its own
+        out.W_O.copy_(attn.W_O)
+        for name in ("W_K", "W_V"):
+            W = getattr(attn, name).reshape(d_in, G, r, d_head)  # head c = g r + j -> [g, j]
+            getattr(out, name).copy_(W.mean(dim=2).reshape(d_in, G * d_head))
+    return out
+
+
+def from_hf_llama_attention(hf_attention: nn.Module) -> GroupedQueryAttention:
+    """Load a Hugging Face ``LlamaAttention`` into a :class:`GroupedQueryAttention`.
+
+    ``nn.Linear`` stores the transpose of a right-multiplying weight, so
+    ``W_Q = q_proj.weight.T``, ``W_K = k_proj.weight.T``, ``W_V = v_proj.weight.T`` and
+    ``W_O = o_proj.weight.T``. The head counts, ``head_dim`` and the RoPE base come from
+    ``hf_attention.config`` (``num_attention_heads``, ``num_key_value_heads``,
+    ``rope_parameters["rope_theta"]`` or ``rope_theta``). Hugging Face's Llama rotates the
+    half-split pairs ``(i, i + d_head/2)``, attnlib's default. Nothing here imports
+    ``transformers``: any module with these attributes loads.
+
+    Args:
+        hf_attention: a ``transformers`` ``LlamaAttention`` (or a module laid out like
+            it: ``q_proj``, ``k_proj``, ``v_proj``, ``o_proj`` without biases, a
+            ``config`` and a ``head_dim``).
+
+    Returns:
+        A :class:`GroupedQueryAttention` with RoPE on the weights' device and dtype. Its
+        ``forward(X, causal=True)`` equals ``hf_attention`` run on positions
+        ``0 .. N - 1`` with a causal mask.
+
+    Example:
+        A stand-in with LlamaAttention's layout (the lesson uses the real module):
+
+        >>> from types import SimpleNamespace
+        >>> hf = nn.Module()
+        >>> hf.config = SimpleNamespace(num_attention_heads=4, num_key_value_heads=2,
+        ...                             rope_theta=10000.0)
+        >>> hf.head_dim = 2
+        >>> for name, width in (("q_proj", 8), ("k_proj", 4), ("v_proj", 4), ("o_proj", 8)):
+        ...     setattr(hf, name, nn.Linear(8, width, bias=False))
+        >>> attn = from_hf_llama_attention(hf)
+        >>> attn.n_kv_heads, attn.W_K.shape, torch.equal(attn.W_K, hf.k_proj.weight.T)
+        (2, torch.Size([8, 4]), True)
+
+    Lesson: 06_gqa.
+    """
+    config = getattr(hf_attention, "config", None)
+    projections = ("q_proj", "k_proj", "v_proj", "o_proj")
+    missing = [n for n in (*projections, "head_dim") if not hasattr(hf_attention, n)]
+    if config is None or missing:
+        raise TypeError(
+            "hf_attention must be laid out like transformers' LlamaAttention (config, "
+            f"head_dim, q_proj, k_proj, v_proj, o_proj); got {type(hf_attention).__name__} "
+            f"without {missing or ['config']}"
+        )
+    with_bias = [n for n in projections if getattr(hf_attention, n).bias is not None]
+    if with_bias:
+        raise ValueError(f"hf_attention must have no biases (attention_bias=False); "
+                         f"{with_bias} have one")
+    rope = getattr(config, "rope_parameters", None) or {}
+    base = rope.get("rope_theta", getattr(config, "rope_theta", None))
+    W_Q = hf_attention.q_proj.weight
+    attn = GroupedQueryAttention(
+        W_Q.shape[1], config.num_attention_heads, config.num_key_value_heads,
+        hf_attention.head_dim, hf_attention.o_proj.weight.shape[0], rope_base=base,
+        device=W_Q.device, dtype=W_Q.dtype,
+    )
+    with torch.no_grad():
+        for name, proj in zip(("W_Q", "W_K", "W_V", "W_O"), projections, strict=True):
+            getattr(attn, name).copy_(getattr(hf_attention, proj).weight.T)  # (in, out)
+    return attn
 
 
 def _check_grouped_inputs(Q, K, V, mask, causal, scale, impl) -> None:

@@ -154,6 +154,8 @@ class ModelSpec:
         d_v: value width of one head; ``None`` means ``d_head``.
         source: where the numbers come from (paper and arXiv id, configuration file).
         notes: what the numbers leave out (sliding windows, MoE, vocabulary padding).
+        n_params: total number of weights, or ``None`` when not recorded; the size of the
+            weights in memory is :meth:`weight_bytes`.
 
     Example:
         >>> spec = ModelSpec("toy", n_layers=2, d_model=64, n_heads=8, n_kv_heads=2,
@@ -179,13 +181,14 @@ class ModelSpec:
     d_v: int | None = None
     source: str = ""
     notes: str = ""
+    n_params: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise TypeError(f"name must be a non-empty str; got {self.name!r}")
         for arg in ("n_layers", "d_model", "n_heads", "n_kv_heads", "d_head", "vocab_size"):
             check_positive_int(arg, getattr(self, arg))
-        for arg in ("d_latent", "d_latent_q", "d_v"):
+        for arg in ("d_latent", "d_latent_q", "d_v", "n_params"):
             if getattr(self, arg) is not None:
                 check_positive_int(arg, getattr(self, arg))
         check_nonnegative_int("d_rope", self.d_rope)
@@ -358,6 +361,34 @@ class ModelSpec:
         _check_counts(batch=batch, n_tokens=n_tokens)
         return self.kv_bytes_per_token(bytes_per_elem) * n_tokens * batch
 
+    def weight_bytes(self, bytes_per_elem: int = 2) -> int:
+        """Bytes of the model's weights: ``n_params · b``.
+
+        Args:
+            bytes_per_elem: ``b``, bytes per stored weight (2 for bf16/fp16, 1 for fp8).
+
+        Returns:
+            int: bytes.
+
+        Raises:
+            ValueError: the spec records no ``n_params``.
+
+        Example:
+            Llama 3 70B in bf16, about 141 GB: as much as 430,625 tokens of its cache.
+
+            >>> LLAMA3_70B.weight_bytes()
+            141107412992
+            >>> LLAMA3_70B.weight_bytes() // LLAMA3_70B.kv_bytes_per_token()
+            430625
+
+        Lesson: 05_kv_cache (the cache against the weights).
+        """
+        check_positive_int("bytes_per_elem", bytes_per_elem)
+        if self.n_params is None:
+            raise ValueError(f"n_params must be set to size the weights; {self.name!r} has "
+                             "n_params=None")
+        return self.n_params * bytes_per_elem
+
     def cache_table(self, bytes_per_elem: int = 2) -> dict[str, int]:
         """Bytes per token (all layers) for each kind in ``CACHE_KINDS``.
 
@@ -394,8 +425,10 @@ LLAMA3_70B = ModelSpec(
     notes=(
         "GQA with 8 query heads per KV head; RoPE base 500,000. The vocabulary is "
         "128,256 = 128,000 BPE tokens + 256 reserved special tokens; the paper's "
-        "'128K' counts the BPE tokens."
+        "'128K' counts the BPE tokens. n_params counts the checkpoint's weights: untied "
+        "input and output embeddings, d_ff = 28,672 (Table 3)."
     ),
+    n_params=70_553_706_496,
 )
 
 LLAMA3_8B = ModelSpec(
@@ -410,7 +443,11 @@ LLAMA3_8B = ModelSpec(
         "Llama Team, AI @ Meta, 'The Llama 3 Herd of Models', arXiv:2407.21783 (Table 3); "
         "config.json of meta-llama/Meta-Llama-3-8B"
     ),
-    notes="GQA with 4 query heads per KV head; same tokenizer as Llama 3 70B.",
+    notes=(
+        "GQA with 4 query heads per KV head; same tokenizer as Llama 3 70B. n_params counts "
+        "the checkpoint's weights: untied embeddings, d_ff = 14,336 (Table 3)."
+    ),
+    n_params=8_030_261_248,
 )
 
 LLAMA2_7B = ModelSpec(
@@ -425,7 +462,11 @@ LLAMA2_7B = ModelSpec(
         "Touvron et al., 'Llama 2: Open Foundation and Fine-Tuned Chat Models', "
         "arXiv:2307.09288; config.json of meta-llama/Llama-2-7b-hf"
     ),
-    notes="Plain MHA: every query head has its own K/V (Llama 2 uses GQA only at 34B and 70B).",
+    notes=(
+        "Plain MHA: every query head has its own K/V (Llama 2 uses GQA only at 34B and 70B). "
+        "n_params counts the checkpoint's weights: untied embeddings, d_ff = 11,008."
+    ),
+    n_params=6_738_415_616,
 )
 
 MISTRAL_7B = ModelSpec(
@@ -443,8 +484,10 @@ MISTRAL_7B = ModelSpec(
     notes=(
         "GQA with 4 query heads per KV head. Every layer uses a 4096-token sliding window, "
         "so a rolling cache never holds more than 4096 tokens; the byte counts here assume "
-        "a full cache."
+        "a full cache. n_params counts the checkpoint's weights: untied embeddings, "
+        "d_ff = 14,336."
     ),
+    n_params=7_241_732_096,
 )
 
 GEMMA3_27B = ModelSpec(
@@ -464,8 +507,12 @@ GEMMA3_27B = ModelSpec(
         "Google's reference code); the Hugging Face config.json lists 262,208 embedding "
         "rows. Q/K width 32 x 128 = 4096 is narrower than d_model = 5376. Gemma 3 "
         "interleaves 5 local sliding-window layers (window 1024 tokens) per global layer: "
-        "the byte counts here treat every layer as global, an upper bound for long contexts."
+        "the byte counts here treat every layer as global, an upper bound for long contexts. "
+        "n_params counts the language model's weights (d_ff = 21,504, tied embeddings of "
+        "262,208 rows, RMSNorms including the per-head query and key norms), not the "
+        "vision encoder."
     ),
+    n_params=27_009_346_304,
 )
 
 DEEPSEEK_V2 = ModelSpec(
@@ -490,8 +537,10 @@ DEEPSEEK_V2 = ModelSpec(
         "MLA with decoupled RoPE: caches d_L + d_R = 512 + 64 = 576 numbers per token per "
         "layer. n_kv_heads = n_heads = 128 describes the MHA the latent replaces "
         "(2 x 128 x 128 = 32,768 per token per layer). Mixture-of-experts feed-forward "
-        "layers are not modelled here."
+        "layers are not modelled here. n_params is the paper's total, 236B (21B activated "
+        "per token)."
     ),
+    n_params=236_000_000_000,
 )
 
 DEEPSEEK_V3 = ModelSpec(
@@ -513,8 +562,10 @@ DEEPSEEK_V3 = ModelSpec(
     notes=(
         "Same MLA shapes as DeepSeek-V2 (d_L = 512, d_R = 64, d_LQ = 1536) on a wider, "
         "deeper model. The multi-token-prediction module and the mixture-of-experts "
-        "layers are not modelled here."
+        "layers are not modelled here. n_params is the paper's total, 671B (37B activated "
+        "per token), without the 14B of the multi-token-prediction module."
     ),
+    n_params=671_000_000_000,
 )
 
 PRESETS: dict[str, ModelSpec] = {

@@ -3,6 +3,13 @@
     python benchmarks/run.py                 # full sizes, default device
     python benchmarks/run.py --quick         # tiny sizes: a smoke test, not a measurement
     python benchmarks/run.py --device cuda --out results.json
+    python benchmarks/run.py --save          # full sizes, into benchmarks/results/<device>.json
+
+``--save`` writes the file the book's performance page shows (book/performance.md, rendered
+by book/_ext/benchmarks_table.py); ``--out FILE`` writes the same JSON anywhere else. The
+results record the machine (CPU model, logical CPUs, torch threads, OS, GPU), the versions
+of Python, torch, transformers and attnlib, and the date; report.py formats them, for the
+printed table and for the page alike, and checks their schema.
 
 1. ``attention(impl="auto")`` and ``impl="explicit"`` against PyTorch's
    ``scaled_dot_product_attention`` at ``(1, 8, N, 64)``, float32.
@@ -27,14 +34,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 import bench_attention
 import bench_decode
 import bench_hf
 import bench_memory
+import report
 import torch
 import transformers
 
@@ -65,21 +76,31 @@ TARGETS = {
 }
 
 
-def _time(s: float) -> str:
-    return f"{s * 1e3:.2f} ms" if s < 1 else f"{s:.2f} s"
+def _cpu_model() -> str:
+    """The CPU's model name as the operating system reports it."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "Model", "Hardware") and value.strip():
+                return value.strip()
+    if sys.platform == "darwin":
+        done = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"],
+                              capture_output=True, text=True, check=False)
+        if done.returncode == 0 and done.stdout.strip():
+            return done.stdout.strip()
+    return platform.processor() or platform.machine() or "unknown CPU"
 
 
-def _bytes(b: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(b) >= size:
-            return f"{b / size:.1f} {unit}"
-    return f"{b:.0f} B"
-
-
-def _target(results: dict, name: str, text: str) -> str:
-    """``text: met`` (or ``MISSED``) when the target was checked in this run, else blank."""
-    t = results["targets"].get(name)
-    return "" if t is None else f"{text}: {'met' if t['met'] else 'MISSED'}"
+def machine(device: torch.device) -> dict:
+    """The machine the benchmarks ran on (the torch threads are recorded beside it)."""
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    return {
+        "cpu": _cpu_model(),
+        "logical_cpus": os.cpu_count() or 0,
+        "os": platform.platform(),
+        "gpu": gpu,
+    }
 
 
 def collect(device: torch.device, quick: bool) -> dict:
@@ -87,6 +108,8 @@ def collect(device: torch.device, quick: bool) -> dict:
     sizes = QUICK if quick else FULL
     reps = sizes["repeats"]
     results = {
+        "schema": report.SCHEMA_VERSION,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "device": str(device),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
@@ -94,6 +117,7 @@ def collect(device: torch.device, quick: bool) -> dict:
         "python": platform.python_version(),
         "threads": torch.get_num_threads(),
         "quick": quick,
+        "machine": machine(device),
         "attention": bench_attention.run(device, sizes["attention"], reps["attention"]),
         "decode": bench_decode.run(device, sizes["decode"], reps["decode"]),
         "profile": bench_decode.profile(device, **sizes["profile"], repeats=reps["profile"]),
@@ -124,77 +148,21 @@ def collect(device: torch.device, quick: bool) -> dict:
     return results
 
 
-def _tokens(ok: bool) -> str:
-    return "tokens identical" if ok else "TOKENS DIFFER"
-
-
 def table(results: dict) -> str:
-    """The results as one fixed-width text table."""
-    header = ("benchmark", "case", "attnlib", "baseline", "ratio", "target", "check")
-    rows = []
-    for r in results["attention"]:
-        s = r["seconds"]
-        target = ""
-        if r["N"] == TARGETS["attention_auto_over_sdpa"]["N"]:
-            target = _target(results, "attention_auto_over_sdpa", "<= 1.3")
-        check = f"max|dY| {r['max_abs_diff']:.1e}"
-        rows.append(("attention auto / SDPA", f"N={r['N']}", _time(s["auto"]), _time(s["sdpa"]),
-                     f"{r['auto_over_sdpa']:.2f}x", target, check))
-        rows.append(("attention explicit / SDPA", f"N={r['N']}", _time(s["explicit"]),
-                     _time(s["sdpa"]), f"{r['explicit_over_sdpa']:.2f}x", "", check))
-    for r in results["decode"]:
-        s = r["seconds"]
-        target = ""
-        if r["new_tokens"] == TARGETS["decode_speedup"]["new_tokens"]:
-            target = _target(results, "decode_speedup", ">= 10x")
-        rows.append(("decode: cache vs none", f"{r['new_tokens']} new", _time(s["cache"]),
-                     _time(s["no_cache"]), f"{r['speedup']:.1f}x faster", target,
-                     _tokens(r["tokens_identical"])))
-    p = results["profile"]
-    c, nc = p["cache"], p["no_cache"]
-    rows.append(("decode: cached step, late / early", f"{p['new_tokens']} new",
-                 _time(c["last"]), _time(c["first"]), f"{c['last_over_first']:.2f}x",
-                 _target(results, "cached_step_flat", "<= 1.5"),
-                 f"no cache: {nc['last_over_first']:.1f}x"))
-    h = results["hf"]
-    per = h["seconds_per_token"]
-    for name, key, label in (("hf_loop", "attnlib_over_hf_loop", "HF loop"),
-                             ("hf_generate", "attnlib_over_hf_generate", "HF generate")):
-        target = _target(results, "attnlib_over_hf", "<= 0.8") if name == "hf_loop" else ""
-        rows.append((f"decode: attnlib / {label}", f"{h['new_tokens']} new",
-                     f"{_time(per['attnlib'])}/tok", f"{_time(per[name])}/tok",
-                     f"{h[key]:.2f}x", target, _tokens(h["tokens_identical"])))
-    m = results["memory"]
-    rows.append(("memory: tiled vs explicit", f"N={m['N']}", _bytes(m["extra_bytes"]["tiled"]),
-                 _bytes(m["extra_bytes"]["explicit"]), f"{m['ratio']:.0f}x less",
-                 _target(results, "memory_ratio", ">= 20x"), f"max|dY| {m['max_abs_diff']:.1e}"))
-    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+    """The results as one fixed-width text table (the rows of the book's performance page)."""
+    rows = report.rows(results)
+    widths = [max(len(row[i]) for row in [report.HEADER, *rows])
+              for i in range(len(report.HEADER))]
 
-    def line(row: tuple) -> str:
-        return "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+    def line(row: tuple[str, ...]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
 
-    title = (f"attnlib {results['attnlib']} benchmarks: device {results['device']}, "
-             f"torch {results['torch']}, transformers {results['transformers']}, "
-             f"{results['threads']} threads"
+    title = (f"attnlib {results['attnlib']} benchmarks"
              + (", QUICK sizes (smoke test only)" if results["quick"] else ""))
-    first, last = p["context_first"], p["context_last"]
-    notes = [
-        "attention: (1, 8, N, 64) float32, no mask; ratio = attnlib time / SDPA time.",
-        f"decode: TinyDecoder {bench_decode.CONFIG}, tied embeddings, "
-        f"{bench_decode.PROMPT_LEN}-token prompt, greedy; cache vs none: ratio = time "
-        "without cache / time with cache.",
-        f"cached step: median time of one step over the last {p['window']} steps (context "
-        f"{last[0]}-{last[1]}, attnlib column) and the first {p['window']} (context "
-        f"{first[0]}-{first[1]}, baseline column); check: the same ratio without a cache.",
-        f"attnlib / HF: the same weights in LlamaForCausalLM ({h['hf_attn_implementation']} "
-        "attention), time per new token with the prompt included, under inference_mode; "
-        "HF loop = forward with a DynamicCache and logits_to_keep=1, HF generate = "
-        "generate(do_sample=False, use_cache=True).",
-        f"memory: (1, 1, N, 64) float32, block_size {m['block_size']}; {m['method']}.",
-        "times: medians over interleaved repeats.",
-    ]
-    rule = "-" * len(line(header))
-    return "\n".join([title, rule, line(header), rule, *map(line, rows), rule, *notes])
+    rule = "-" * len(line(report.HEADER))
+    return "\n".join([title, report.machine_line(results), rule, line(report.HEADER), rule,
+                      *map(line, rows), rule, report.targets_line(results),
+                      *report.notes(results)])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,12 +171,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default=None,
                         help="torch device; default attnlib.default_device()")
     parser.add_argument("--out", type=Path, default=None, help="also write the results as JSON")
+    parser.add_argument("--save", action="store_true",
+                        help="also write the results to benchmarks/results/<device>.json, "
+                             "the file the book's performance page shows (full sizes only)")
     args = parser.parse_args(argv)
+    if args.save and args.quick:
+        parser.error("--save records a measurement for the book: drop --quick "
+                     "(or write a quick run elsewhere with --out FILE)")
     device = attnlib.default_device() if args.device is None else torch.device(args.device)
     results = collect(device, args.quick)
+    found = report.problems(results)
+    if found:  # a bug in this script: the page would refuse the file
+        raise RuntimeError("results do not follow report.SCHEMA:\n" + "\n".join(found))
     print(table(results))
-    if args.out is not None:
-        args.out.write_text(json.dumps(results, indent=2) + "\n")
+    text = json.dumps(results, indent=2) + "\n"
+    paths = [args.out] if args.out is not None else []
+    if args.save:
+        paths.append(report.results_path(device.type))
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        print(f"results written to {path}")
     if not results["checks_passed"]:
         print("A correctness check failed: see the check column.", file=sys.stderr)
         return 1

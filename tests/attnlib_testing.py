@@ -13,3 +13,23 @@ def tolerances(dtype: torch.dtype) -> dict[str, float]:
         torch.bfloat16: {"atol": 2e-2, "rtol": 2e-2},
         torch.float16: {"atol": 2e-3, "rtol": 2e-3},
     }[dtype]
+
+
+def assert_correct(label: str, answer: object, capsys) -> None:
+    """``exercises.check(label, answer)`` accepts the answer and prints exactly that."""
+    from attnlib import exercises
+
+    result = exercises.check(label, answer)
+    assert result.status == "correct" and result
+    assert capsys.readouterr().out == f"{label}: correct.\n"
+
+
+def assert_hint(label: str, answer: object, hint: str, capsys) -> None:
+    """``exercises.check(label, answer)`` rejects the answer; its printed message holds ``hint``."""
+    from attnlib import exercises
+
+    result = exercises.check(label, answer)
+    assert result.status == "incorrect" and not result
+    out = capsys.readouterr().out
+    assert out == result.message + "\n" and out.startswith(f"{label}: "), out
+    assert hint in out, out

@@ -1,20 +1,45 @@
-"""The benchmark script runs end to end at tiny sizes and its correctness checks hold.
+"""The benchmark script runs end to end at tiny sizes and its correctness checks hold; its
+results follow the schema that the book's performance page reads (benchmarks/report.py).
 
 Only correctness is asserted (identical tokens, agreeing outputs, every row printed);
-timings from a smoke run on a shared machine mean nothing and are not checked.
+timings from a smoke run on a shared machine mean nothing and are not checked. The rows and
+the schema are checked on a fixed sample, tests/benchmark_results_sample.json, and on the
+committed results in benchmarks/results/.
 """
 
 from __future__ import annotations
 
+import copy
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "run.py"
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+SCRIPT = BENCHMARKS / "run.py"
+SAMPLE = Path(__file__).resolve().parent / "benchmark_results_sample.json"
 
 
-def test_quick_benchmark_run(tmp_path, device):
+@pytest.fixture(scope="module")
+def report() -> ModuleType:
+    """benchmarks/report.py, imported from its path as the book build imports it."""
+    spec = importlib.util.spec_from_file_location("benchmarks_report", BENCHMARKS / "report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def sample() -> dict:
+    """A full-size CPU results file with round numbers; one target missed."""
+    return json.loads(SAMPLE.read_text(encoding="utf-8"))
+
+
+def test_quick_benchmark_run(tmp_path, device, report):
     out = tmp_path / "results.json"
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick", "--device", str(device), "--out", str(out)],
@@ -23,6 +48,10 @@ def test_quick_benchmark_run(tmp_path, device):
     assert done.returncode == 0, done.stderr
     results = json.loads(out.read_text())
     assert results["quick"] is True and results["device"] == str(device)
+    assert report.problems(results) == []
+    assert results["threads"] >= 1 and results["machine"]["logical_cpus"] >= 1
+    assert results["machine"]["cpu"] and results["machine"]["os"]
+    assert (results["machine"]["gpu"] is None) == (device.type != "cuda")
     assert results["checks_passed"] is True
     assert results["targets"] == {}  # targets are judged on full sizes only
 
@@ -61,3 +90,120 @@ def test_quick_benchmark_run(tmp_path, device):
     for label, count in rows.items():
         assert sum(line.startswith(label) for line in lines) == count, label
     assert not any("TOKENS DIFFER" in line or "MISSED" in line for line in lines)
+    # the printed rows are report.rows, cell for cell (the performance page uses the same)
+    for row in report.rows(results):
+        assert any(line.split() == " ".join(row).split() for line in lines), row
+    assert report.machine_line(results) in lines
+
+
+def test_save_refuses_quick_sizes():
+    done = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--save"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2 and "--save records a measurement" in done.stderr
+
+
+def test_save_path_is_the_committed_file(report):
+    assert report.results_path("cpu") == BENCHMARKS / "results" / "cpu.json"
+    assert report.results_path("cuda") == BENCHMARKS / "results" / "cuda.json"
+
+
+def test_rows_from_a_sample(report, sample):
+    rows = report.rows(sample)
+    assert report.HEADER == ("benchmark", "case", "attnlib", "baseline", "ratio", "target",
+                             "check")
+    assert all(len(row) == len(report.HEADER) for row in rows)
+    assert [row[:2] for row in rows] == [
+        ("attention auto / SDPA", "N=1024"), ("attention explicit / SDPA", "N=1024"),
+        ("attention auto / SDPA", "N=2048"), ("attention explicit / SDPA", "N=2048"),
+        ("decode: cache vs none", "256 new"), ("decode: cache vs none", "1024 new"),
+        ("decode: cached step, late / early", "1024 new"),
+        ("decode: attnlib / HF loop", "512 new"), ("decode: attnlib / HF generate", "512 new"),
+        ("memory: tiled vs explicit", "N=16384"),
+    ]
+    by_case = {row[:2]: row[2:] for row in rows}
+    assert by_case["attention auto / SDPA", "N=2048"] == (
+        "17.60 ms", "16.00 ms", "1.10x", "<= 1.3: met", "max|dY| 2.5e-07")
+    assert by_case["attention auto / SDPA", "N=1024"][3] == ""  # judged at N=2048 only
+    assert by_case["decode: cache vs none", "1024 new"] == (
+        "2.00 s", "40.00 s", "20.0x faster", ">= 10x: met", "tokens identical")
+    assert by_case["decode: cached step, late / early", "1024 new"] == (
+        "2.50 ms", "2.00 ms", "1.25x", "<= 1.5: met", "no cache: 15.0x")
+    assert by_case["decode: attnlib / HF loop", "512 new"] == (
+        "2.00 ms/tok", "2.00 ms/tok", "1.00x", "<= 0.8: MISSED", "tokens identical")
+    assert by_case["memory: tiled vs explicit", "N=16384"] == (
+        "32.0 MiB", "2.0 GiB", "64x less", ">= 20x: met", "max|dY| 1.5e-07")
+    assert report.machine_line(sample) == (
+        "Measured 2026-05-04 09:30 UTC on device cpu: Example CPU 9000 (16 logical CPUs, "
+        "8 torch threads), Linux-6.1-x86_64; Python 3.11.7, torch 2.13.0+cpu, "
+        "transformers 5.24.0, attnlib 0.2.0")
+    assert report.targets_line(sample) == (
+        "Targets: 4 of 5 met (missed: decode: attnlib / HF loop)")
+    assert any("block_size 128" in note for note in report.notes(sample))
+
+
+def test_rows_leave_targets_blank_when_not_judged(report, sample):
+    sample["targets"] = {}
+    assert all(row[5] == "" for row in report.rows(sample))
+    assert report.targets_line(sample) == "Targets: not judged (quick sizes)"
+
+
+def test_schema_accepts_the_sample(report, sample):
+    assert report.problems(sample) == []
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (lambda r: r.pop("date"), "results: missing field 'date'"),
+        (lambda r: r["machine"].pop("cpu"), "results.machine: missing field 'cpu'"),
+        (lambda r: r.update(threads="8"), "results.threads: expected an integer, got '8'"),
+        (lambda r: r.update(threads=True), "results.threads: expected an integer, got True"),
+        (lambda r: r.update(quick="no"), "results.quick: expected true or false"),
+        (lambda r: r["machine"].update(gpu=3), "results.machine.gpu: expected a string or null"),
+        (lambda r: r.update(attention=[]), "results.attention: expected a non-empty list"),
+        (lambda r: r["attention"][1]["seconds"].update(sdpa=float("nan")),
+         "results.attention[1].seconds.sdpa: expected a number, got nan"),
+        (lambda r: r["hf"]["seconds_per_token"].pop("hf_loop"),
+         "results.hf.seconds_per_token: missing field 'hf_loop'"),
+        (lambda r: r["memory"]["extra_bytes"].update(tiled=1.5),
+         "results.memory.extra_bytes.tiled: expected an integer, got 1.5"),
+        (lambda r: r["targets"]["memory_ratio"].pop("met"),
+         "results.targets.memory_ratio: missing field 'met'"),
+        (lambda r: r["targets"]["memory_ratio"].pop("min"),
+         "results.targets.memory_ratio: needs a number 'max' or 'min'"),
+        (lambda r: r.update(date="yesterday"), "results.date: expected an ISO 8601 date"),
+        (lambda r: r.update(date="2026-05-04T09:30:00"), "results.date: expected a time zone"),
+        (lambda r: r.update(schema=0), "results.schema: this run.py writes schema 1"),
+    ],
+)
+def test_schema_names_what_is_wrong(report, sample, edit, expected):
+    broken = copy.deepcopy(sample)
+    edit(broken)
+    found = report.problems(broken)
+    assert any(line.startswith(expected) for line in found), found
+
+
+def test_load_rejects_files_that_are_not_results(report, tmp_path, sample):
+    with pytest.raises(ValueError, match="no such file"):
+        report.load(tmp_path / "cpu.json")
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"bad\.json: not a JSON file"):
+        report.load(tmp_path / "bad.json")
+    (tmp_path / "list.json").write_text("[]")
+    with pytest.raises(ValueError, match="results: expected an object"):
+        report.load(tmp_path / "list.json")
+    (tmp_path / "good.json").write_text(json.dumps(sample))
+    assert report.load(tmp_path / "good.json") == sample
+
+
+def test_committed_results_are_full_runs_named_after_their_device(report):
+    """What the performance page shows: benchmarks/results/cpu.json, and any other
+    <device>.json, written by `run.py --save` (full sizes, every check passed)."""
+    paths = sorted((BENCHMARKS / "results").glob("*.json"))
+    assert BENCHMARKS / "results" / "cpu.json" in paths, "run benchmarks/run.py --save"
+    for path in paths:
+        results = report.load(path)
+        assert results["device"].partition(":")[0] == path.stem, path
+        assert results["quick"] is False, f"{path} holds a --quick run"
+        assert results["checks_passed"] is True, path
+        assert len(results["targets"]) == len(report.TARGET_ROWS), path

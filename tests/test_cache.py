@@ -1,11 +1,15 @@
-"""KVCache and LatentCache bookkeeping: contents, token counts and bytes held."""
+"""KVCache, StaticKVCache and LatentCache bookkeeping: contents, token counts and bytes held;
+StaticKVCache against KVCache and a full causal call; multiply-add counts against PyTorch's
+FlopCounterMode and explicit sums."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+import attnlib
 from attnlib import KVCache, LatentCache
+from attnlib.cache import StaticKVCache, decode_step_macs, generation_macs
 
 
 def test_kv_cache_appends_along_tokens(device):
@@ -48,3 +52,132 @@ def test_repr_is_informative():
     cache = KVCache()
     cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
     assert repr(cache) == "KVCache(n_tokens=3, K_shape=(1, 2, 3, 4), nbytes=192)"
+
+
+# --- StaticKVCache: the same outputs, written in place ----------------------------------
+
+
+def test_static_cache_holds_what_kv_cache_holds_and_never_moves():
+    gen = torch.Generator().manual_seed(0)
+    grown, static = KVCache(), StaticKVCache(max_tokens=10)
+    where = None
+    for n_new in (3, 1, 4, 2):
+        K, V = (
+            torch.randn(2, 3, n_new, 8, generator=gen),
+            torch.randn(2, 3, n_new, 5, generator=gen),
+        )
+        K_g, V_g = grown.update(K, V)
+        K_s, V_s = static.update(K, V)
+        assert torch.equal(K_s, K_g) and torch.equal(V_s, V_g)
+        assert static.n_tokens == grown.n_tokens and static.nbytes == grown.nbytes
+        assert where is None or static.K.data_ptr() == where  # written in place
+        where = static.K.data_ptr()
+    assert static.allocated_nbytes == (2 * 3 * 10 * 8 + 2 * 3 * 10 * 5) * 4
+    static.reset()
+    assert static.n_tokens == 0 and static.K.shape[-2] == 0
+
+
+def test_static_cache_in_a_layer_matches_a_full_causal_call():
+    gen = torch.Generator().manual_seed(1)
+    layer = attnlib.GroupedQueryAttention(16, n_heads=4, n_kv_heads=2, d_head=4, rope_base=10000.0)
+    X = torch.randn(2, 9, 16, generator=gen)
+    static, start, outs = StaticKVCache(max_tokens=12), 0, []
+    with torch.no_grad():
+        for size in (4, 1, 1, 3):
+            outs.append(layer(X[:, start : start + size], causal=True, cache=static))
+            start += size
+        full = layer(X, causal=True)
+    torch.testing.assert_close(torch.cat(outs, dim=1), full)
+
+
+def test_static_caches_in_tiny_decoder_generate_the_same_tokens():
+    model = attnlib.TinyDecoder(vocab_size=40, d_model=16, n_layers=2, n_heads=2, seed=0)
+    ids = torch.tensor([[1, 5, 7]])
+    caches = [StaticKVCache(max_tokens=20) for _ in range(2)]
+    out, step = ids, ids
+    with torch.no_grad():
+        for _ in range(8):
+            next_id = model(step, caches=caches)[:, -1].argmax(-1, keepdim=True)
+            out, step = torch.cat((out, next_id), dim=-1), next_id
+    assert torch.equal(out, model.generate(ids, 8, use_cache=False))
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "pattern"),
+    [
+        (lambda: StaticKVCache(0), ValueError, r"max_tokens .*got 0"),
+        (
+            lambda: StaticKVCache(2).update(torch.zeros(1, 3, 4), torch.zeros(1, 3, 4)),
+            ValueError,
+            r"max_tokens=2: the cache holds 0 tokens and got 3 more",
+        ),
+        (
+            lambda: StaticKVCache(4).update(torch.zeros(1, 3, 4), torch.zeros(1, 2, 4)),
+            ValueError,
+            r"K and V must have the same leading shape",
+        ),
+    ],
+)
+def test_static_cache_bad_input_names_the_argument(call, error, pattern):
+    with pytest.raises(error, match=pattern):
+        call()
+
+
+def test_static_cache_rejects_a_new_shape():
+    c = StaticKVCache(8)
+    c.update(torch.zeros(2, 3, 4), torch.zeros(2, 3, 4))
+    with pytest.raises(ValueError, match=r"K must match the cached shape"):
+        c.update(torch.zeros(3, 1, 4), torch.zeros(3, 1, 4))
+
+
+# --- multiply-add counts against PyTorch's counter and explicit loops ---------------------
+
+SHAPE = dict(n_layers=2, d_model=16, n_heads=4, n_kv_heads=2, d_head=4, d_ff=40, vocab_size=30)
+
+
+@pytest.mark.parametrize("use_cache", [False, True])
+def test_generation_macs_match_pytorchs_flop_counter(use_cache):
+    # FlopCounterMode sees every matrix product but the fused attention kernel (on the CPU)
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = attnlib.TinyDecoder(
+        vocab_size=30, d_model=16, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=40, seed=0
+    )
+    with FlopCounterMode(display=False) as counter:
+        model.generate(torch.tensor([[1, 2, 3]]), 5, use_cache=use_cache)
+    steps = generation_macs(3, 5, use_cache=use_cache, **SHAPE)
+    assert counter.get_total_flops() == 2 * sum(s["other"] for s in steps)
+
+
+def test_attention_macs_match_the_formula_written_out():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    Q, K, V = torch.randn(4, 3, 4), torch.randn(4, 7, 4), torch.randn(4, 7, 4)  # (H, N, d_head)
+    with FlopCounterMode(display=False) as counter:
+        torch.softmax(Q @ K.mT, dim=-1) @ V
+    got = decode_step_macs(3, 7, **{**SHAPE, "n_layers": 1})["attention"]
+    assert counter.get_total_flops() == 2 * got == 2 * 2 * 4 * 3 * 7 * 4
+
+
+def test_generation_attention_sums_are_the_closed_forms():
+    N = 50
+    width = SHAPE["n_layers"] * SHAPE["n_heads"] * SHAPE["d_head"]
+    recompute = sum(s["attention"] for s in generation_macs(1, N, use_cache=False, **SHAPE))
+    cached = sum(s["attention"] for s in generation_macs(1, N, use_cache=True, **SHAPE))
+    assert recompute == sum(2 * width * n * n for n in range(1, N + 1))
+    assert cached == sum(2 * width * n for n in range(1, N + 1))
+    assert recompute * 3 == cached * (2 * N + 1)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "pattern"),
+    [
+        (lambda: decode_step_macs(0, 4, **SHAPE), ValueError, r"n_q .*got 0"),
+        (lambda: decode_step_macs(1, 4, **{**SHAPE, "ffn": "swish"}), ValueError, r"ffn must"),
+        (lambda: generation_macs(1, -1, use_cache=True, **SHAPE), ValueError, r"n_new .*-1"),
+        (lambda: generation_macs(1, 2, use_cache=1, **SHAPE), TypeError, r"use_cache"),
+    ],
+)
+def test_macs_bad_input_names_the_argument(call, error, pattern):
+    with pytest.raises(error, match=pattern):
+        call()

@@ -10,6 +10,7 @@ import re
 import numpy as np
 import pytest
 import torch
+from attnlib_testing import assert_correct, assert_hint
 
 from attnlib import exercises
 from attnlib.tokens import CORPUS, BPETokenizer
@@ -56,9 +57,7 @@ def test_placeholder_is_not_answered_yet(label, capsys):
     ],
 )
 def test_right_answers_are_correct(label, answer, capsys):
-    result = exercises.check(label, answer)
-    assert result.status == "correct" and result
-    assert capsys.readouterr().out == f"{label}: correct.\n"
+    assert_correct(label, answer, capsys)
 
 
 @pytest.mark.parametrize(
@@ -83,10 +82,7 @@ def test_right_answers_are_correct(label, answer, capsys):
     ],
 )
 def test_wrong_answers_get_the_right_hint(label, answer, hint, capsys):
-    result = exercises.check(label, answer)
-    assert result.status == "incorrect" and not result
-    assert hint in result.message
-    assert capsys.readouterr().out == result.message + "\n"
+    assert_hint(label, answer, hint, capsys)
 
 
 def test_too_few_merges_shows_the_pieces():

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from attnlib_testing import assert_correct, assert_hint
 
 from attnlib import exercises
 
@@ -45,9 +46,7 @@ Y_BEFORE, W_BEFORE = _exp_lookup((1.0, 2.0), VALUES)
     ],
 )
 def test_right_answers_are_correct(label, answer, capsys):
-    result = exercises.check(label, answer)
-    assert result.status == "correct" and result
-    assert capsys.readouterr().out == f"{label}: correct.\n"
+    assert_correct(label, answer, capsys)
 
 
 def test_the_edit_answer_is_the_linear_update():
@@ -75,9 +74,7 @@ def test_the_edit_answer_is_the_linear_update():
     ],
 )
 def test_wrong_answers_get_a_hint(label, answer, hint, capsys):
-    result = exercises.check(label, answer)
-    assert result.status == "incorrect" and not result
-    assert hint in capsys.readouterr().out
+    assert_hint(label, answer, hint, capsys)
 
 
 def test_softmax_weights_are_named_in_01_1(capsys):

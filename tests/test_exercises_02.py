@@ -10,6 +10,7 @@ import re
 import numpy as np
 import pytest
 import torch
+from attnlib_testing import assert_correct, assert_hint
 
 from attnlib import exercises
 
@@ -59,9 +60,7 @@ def test_hand_values_are_the_lessons():
     ],
 )
 def test_right_answers_are_correct(label, answer, capsys):
-    result = exercises.check(label, answer)
-    assert result.status == "correct" and result
-    assert capsys.readouterr().out == f"{label}: correct.\n"
+    assert_correct(label, answer, capsys)
 
 
 def test_the_gradient_sums_to_zero():
@@ -92,10 +91,7 @@ def test_the_gradient_sums_to_zero():
     ],
 )
 def test_wrong_answers_get_a_hint(label, answer, hint, capsys):
-    result = exercises.check(label, answer)
-    assert result.status == "incorrect" and not result
-    out = capsys.readouterr().out
-    assert out.startswith(f"{label}: ") and hint in out, out
+    assert_hint(label, answer, hint, capsys)
 
 
 def test_lesson_02_labels_are_registered():

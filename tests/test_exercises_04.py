@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from attnlib_testing import assert_correct, assert_hint
 
 from attnlib import exercises
 
@@ -42,9 +43,7 @@ def test_hand_values():
     ],
 )
 def test_right_answers_are_correct(label, answer, capsys):
-    result = exercises.check(label, answer)
-    assert result.status == "correct" and result
-    assert capsys.readouterr().out == f"{label}: correct.\n"
+    assert_correct(label, answer, capsys)
 
 
 def _layer_norm(x: list[float], eps: float = 1e-5) -> list[float]:
@@ -73,10 +72,7 @@ def _layer_norm(x: list[float], eps: float = 1e-5) -> list[float]:
     ],
 )
 def test_wrong_answers_get_a_hint(label, answer, hint, capsys):
-    result = exercises.check(label, answer)
-    assert result.status == "incorrect" and not result
-    out = capsys.readouterr().out
-    assert out.startswith(f"{label}: ") and hint in out, out
+    assert_hint(label, answer, hint, capsys)
 
 
 def test_lesson_04_labels_are_registered():

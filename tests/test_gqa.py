@@ -18,6 +18,7 @@ from attnlib import (
     grouped_query_attention,
     key_padding_mask,
 )
+from attnlib.gqa import from_hf_llama_attention, gqa_from_mha
 from attnlib.memory import kv_cache_bytes
 
 
@@ -202,3 +203,131 @@ def test_property_random_heads_and_groups(G, s, d, n, causal, seed):
     V = torch.randn(2, G, n + 1, d, dtype=torch.float64)
     ref = F.scaled_dot_product_attention(Q, K, V, enable_gqa=True)
     torch.testing.assert_close(grouped_query_attention(Q, K, V, impl="explicit"), ref)
+
+
+# ---------------------------------------------------------------------------------------
+# conversions: mean-pooling an MHA into GQA, loading Hugging Face's LlamaAttention
+# ---------------------------------------------------------------------------------------
+
+
+def _pooled_by_loop(W: torch.Tensor, G: int, d_head: int) -> torch.Tensor:
+    """Block g of the result = the mean of source blocks g r .. (g + 1) r - 1, one at a time."""
+    n_src = W.shape[1] // d_head
+    r = n_src // G
+    blocks = []
+    for g in range(G):
+        total = torch.zeros(W.shape[0], d_head, dtype=W.dtype, device=W.device)
+        for c in range(g * r, (g + 1) * r):
+            total = total + W[:, c * d_head : (c + 1) * d_head]
+        blocks.append(total / r)
+    return torch.cat(blocks, dim=1)
+
+
+@pytest.mark.parametrize("H,G_src,G", [(8, 8, 4), (8, 8, 1), (6, 6, 3), (6, 6, 2),
+                                       (8, 4, 2), (4, 4, 4)])
+def test_gqa_from_mha_mean_pools_each_group(device, H, G_src, G):
+    src = GroupedQueryAttention(12, H, G_src, 3, d_out=10, device=device, dtype=torch.float64)
+    out = gqa_from_mha(src, G)
+    assert isinstance(out, GroupedQueryAttention)
+    assert (out.n_heads, out.n_kv_heads, out.d_head, out.d_out) == (H, G, 3, 10)
+    assert out.W_K.device == src.W_K.device and out.W_K.dtype == torch.float64
+    assert torch.equal(out.W_Q, src.W_Q) and torch.equal(out.W_O, src.W_O)
+    for name in ("W_K", "W_V"):
+        torch.testing.assert_close(getattr(out, name), _pooled_by_loop(getattr(src, name), G, 3))
+    X = torch.randn(2, 5, 12, device=device, dtype=torch.float64)
+    # the pooled layer is the per-head formula with the pooled blocks
+    torch.testing.assert_close(out(X, causal=True),
+                               _per_head_loop(out, X, allowed=causal_mask(5, device=device)))
+
+
+def test_gqa_from_mha_is_exact_at_g_equals_h_and_on_tied_groups():
+    mha = MultiHeadAttention(16, 8, 4, dtype=torch.float64)
+    X = torch.randn(3, 7, 16, dtype=torch.float64)
+    torch.testing.assert_close(gqa_from_mha(mha, 8)(X, causal=True), mha(X, causal=True))
+    # an MHA whose groups are tied already is a GQA, and pooling gives that GQA back
+    gqa = GroupedQueryAttention(16, 8, 2, 4, dtype=torch.float64)
+    tied = MultiHeadAttention(16, 8, 4, dtype=torch.float64)
+    with torch.no_grad():
+        tied.W_Q.copy_(gqa.W_Q)
+        tied.W_O.copy_(gqa.W_O)
+        for name in ("W_K", "W_V"):
+            W = getattr(gqa, name).reshape(16, 2, 4)
+            getattr(tied, name).copy_(W.repeat_interleave(4, dim=1).reshape(16, 32))
+    back = gqa_from_mha(tied, 2)
+    torch.testing.assert_close(back.W_K, gqa.W_K)
+    torch.testing.assert_close(back(X, causal=True), gqa(X, causal=True))
+
+
+def test_gqa_from_mha_keeps_rope_and_leaves_the_source_alone():
+    src = MultiHeadAttention(8, 4, 2, rope_base=500000.0, rope_interleaved=True)
+    before = {k: v.clone() for k, v in src.state_dict().items()}
+    out = gqa_from_mha(src, 1)
+    assert (out.rope_base, out.rope_interleaved) == (500000.0, True)
+    out.W_K.data.zero_()
+    for k, v in src.state_dict().items():
+        assert torch.equal(v, before[k])
+
+
+def test_mean_is_the_closest_single_block():
+    """sum_c ||W^c - W||^2 = sum_c ||W^c - mean||^2 + s ||mean - W||^2 (lesson 06, ex. 06.4)."""
+    mha = MultiHeadAttention(6, 4, 3, dtype=torch.float64)
+    blocks = mha.W_K.detach().reshape(6, 4, 3).transpose(0, 1)  # (s, d_in, d_head)
+    mean = gqa_from_mha(mha, 1).W_K.detach()
+    for _ in range(3):
+        W = torch.randn(6, 3, dtype=torch.float64)
+        lhs = ((blocks - W) ** 2).sum()
+        rhs = ((blocks - mean) ** 2).sum() + 4 * ((mean - W) ** 2).sum()
+        torch.testing.assert_close(lhs, rhs)
+
+
+@pytest.mark.parametrize(
+    ("thunk", "error", "fragments"),
+    [
+        (lambda: gqa_from_mha(torch.nn.Linear(4, 4), 1), TypeError,
+         ["attn", "GroupedQueryAttention", "Linear"]),
+        (lambda: gqa_from_mha(MultiHeadAttention(8, 6, 2), 4), ValueError,
+         ["attn.n_kv_heads", "divisible", "4"]),
+        (lambda: gqa_from_mha(MultiHeadAttention(8, 6, 2), 0), ValueError, ["n_kv_heads", "0"]),
+        (lambda: gqa_from_mha(MultiHeadAttention(8, 6, 2), 2.0), TypeError, ["n_kv_heads"]),
+        (lambda: from_hf_llama_attention(torch.nn.Linear(4, 4)), TypeError,
+         ["hf_attention", "LlamaAttention", "Linear"]),
+    ],
+    ids=["not-a-layer", "not-a-divisor", "zero", "float", "hf-not-llama"],
+)
+def test_conversion_errors_name_the_argument(thunk, error, fragments):
+    with pytest.raises(error) as info:
+        thunk()
+    message = str(info.value)
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+@pytest.mark.parametrize("H,G", [(4, 2), (4, 1), (4, 4)])
+@torch.no_grad()
+def test_from_hf_llama_attention_matches_llama_attention(H, G):
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
+
+    config = transformers.LlamaConfig(hidden_size=16, num_attention_heads=H,
+                                      num_key_value_heads=G, head_dim=6, rope_theta=5000.0,
+                                      attn_implementation="eager")
+    hf = LlamaAttention(config, layer_idx=0).eval()
+    attn = from_hf_llama_attention(hf)
+    assert (attn.n_heads, attn.n_kv_heads, attn.d_head, attn.rope_base) == (H, G, 6, 5000.0)
+    assert torch.equal(attn.W_K, hf.k_proj.weight.T)
+    X = torch.randn(2, 7, 16)
+    cos_sin = LlamaRotaryEmbedding(config)(X, torch.arange(7)[None])
+    allowed = causal_mask(7)
+    additive = torch.zeros(7, 7).masked_fill(~allowed, torch.finfo(torch.float32).min)
+    Y_hf = hf(X, position_embeddings=cos_sin, attention_mask=additive[None, None])[0]
+    torch.testing.assert_close(attn(X, causal=True), Y_hf, rtol=2e-5, atol=1e-6)
+
+
+def test_from_hf_llama_attention_rejects_biases():
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.llama.modeling_llama import LlamaAttention
+
+    config = transformers.LlamaConfig(hidden_size=8, num_attention_heads=2,
+                                      num_key_value_heads=1, head_dim=4, attention_bias=True)
+    with pytest.raises(ValueError, match="biases"):
+        from_hf_llama_attention(LlamaAttention(config, layer_idx=0))

@@ -379,3 +379,50 @@ def test_mla_cache_bytes_is_linear_and_additive(n_layers, d_latent, d_rope, n_to
     assert f(batch=k * batch) == k * f()
     # the latent and the RoPE key add: caching them apart costs the same bytes
     assert f() == f(d_latent=d_latent + d_rope, d_rope=0)
+
+
+# --- weights: n_params against the architecture, written out ---------------------------
+
+
+def _dense_params(n_layers, d, n_heads, n_kv_heads, d_head, d_ff, vocab, *, tied, extra_norms=0,
+                  qk_norm=False):
+    """Weights of a Llama-style decoder: attention, SwiGLU FFN, RMSNorm gains, embeddings."""
+    attention = d * n_heads * d_head + 2 * d * n_kv_heads * d_head + n_heads * d_head * d
+    ffn = 3 * d * d_ff
+    norms = (2 + extra_norms) * d + (2 * d_head if qk_norm else 0)
+    embeddings = vocab * d * (1 if tied else 2)
+    return n_layers * (attention + ffn + norms) + embeddings + d  # + the final norm
+
+
+@pytest.mark.parametrize(
+    ("spec", "d_ff", "vocab", "kw"),
+    [
+        (LLAMA2_7B, 11_008, 32_000, {"tied": False}),
+        (MISTRAL_7B, 14_336, 32_000, {"tied": False}),
+        (LLAMA3_8B, 14_336, 128_256, {"tied": False}),
+        (LLAMA3_70B, 28_672, 128_256, {"tied": False}),
+        # Gemma 3: four norms per layer, per-head query and key norms, tied embeddings of
+        # the config's 262,208 rows
+        (GEMMA3_27B, 21_504, 262_208, {"tied": True, "extra_norms": 2, "qk_norm": True}),
+    ],
+    ids=lambda v: getattr(v, "name", None),
+)
+def test_dense_n_params_are_the_architecture(spec, d_ff, vocab, kw):
+    expected = _dense_params(spec.n_layers, spec.d_model, spec.n_heads, spec.n_kv_heads,
+                             spec.d_head, d_ff, vocab, **kw)
+    assert spec.n_params == expected
+
+
+def test_published_totals_and_weight_bytes():
+    assert LLAMA3_70B.n_params == 70_553_706_496  # 70.6B
+    assert DEEPSEEK_V2.n_params == 236 * 10**9 and DEEPSEEK_V3.n_params == 671 * 10**9
+    assert LLAMA3_70B.weight_bytes() == 2 * 70_553_706_496
+    assert LLAMA3_70B.weight_bytes(1) == 70_553_706_496
+    assert all(spec.n_params is not None for spec in PRESETS.values())
+
+
+def test_weight_bytes_needs_n_params(toy_spec):
+    with pytest.raises(ValueError, match=r"n_params must be set .*'toy' has n_params=None"):
+        toy_spec.weight_bytes()
+    with pytest.raises(ValueError, match=r"n_params .*got 0"):
+        _spec(n_params=0)

@@ -35,7 +35,8 @@ from attnlib import (
     mla_naive,
 )
 from attnlib.memory import mla_cache_bytes
-from attnlib.mla import mla_merged_weights
+from attnlib.mla import mla_decode_cost, mla_merged_weights
+from attnlib.rope import apply_rope
 
 F64 = torch.float64
 
@@ -672,3 +673,170 @@ def test_exported():
         assert name in attnlib.__all__
         assert getattr(attnlib, name) is getattr(mla_module, name)
     assert "mla_merged_weights" not in attnlib.__all__  # reachable as attnlib.mla.<name>
+
+
+# --- the cost of one decoded token: mla_decode_cost --------------------------------------
+
+
+class _MacSpy(TorchFunctionMode):
+    """Add up the multiply-adds of every matrix product run: ``prod(batch) * m * k * n``."""
+
+    MATMULS = (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.macs = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in self.MATMULS:
+            a, b = args[0], args[1]
+            assert a.dim() >= 2 and b.dim() >= 2, "only matrix-matrix products occur here"
+            batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+            self.macs += math.prod(batch) * a.shape[-2] * a.shape[-1] * b.shape[-1]
+        return func(*args, **(kwargs or {}))
+
+
+def _toy_spec(H, d_in, d_head, d_v, d_L, d_LQ, d_R):
+    return attnlib.memory.ModelSpec(
+        "toy", n_layers=1, d_model=d_in, n_heads=H, n_kv_heads=H, d_head=d_head, vocab_size=1,
+        d_latent=d_L, d_rope=d_R, d_latent_q=d_LQ, d_v=d_v,
+    )
+
+
+def _expanded_decode(mla, x, K_cache, V_cache, kR_cache):
+    """One token decoded against a per-head K/V cache, written out; returns (Y, K, V, k_R)."""
+    H, dh, dv = mla.n_heads, mla.d_head, mla.d_v
+    n = K_cache.shape[1] + 1
+    L = x @ mla.W_L  # (1, d_L); no latent norm in these tests
+    L_Q = x if mla.W_LQ is None else x @ mla.W_LQ
+    K_new = (L @ mla.W_LK).reshape(H, 1, dh)  # decompressed once, then cached
+    V_new = (L @ mla.W_LV).reshape(H, 1, dv)
+    K = torch.cat((K_cache, K_new), dim=1)  # (H, n, d_head)
+    V = torch.cat((V_cache, V_new), dim=1)
+    q = (L_Q @ mla.W_LQQ).reshape(H, 1, dh)
+    logits = q @ K.mT  # (H, 1, n)
+    k_R = kR_cache
+    if mla.d_rope:
+        pos = torch.tensor([n - 1])
+        q_R = apply_rope((L_Q @ mla.W_QR).reshape(H, 1, mla.d_rope), pos)
+        k_R = torch.cat((kR_cache, apply_rope(x @ mla.W_KR, pos)), dim=0)  # (n, d_R)
+        logits = logits + q_R @ k_R.T  # the shared rotated key, read by every head
+    P = torch.softmax(logits * mla.scale, dim=-1)
+    Y = (P @ V).transpose(0, 1).reshape(1, H * dv) @ mla.W_O
+    return Y, K, V, k_R
+
+
+@pytest.mark.parametrize(("d_LQ", "d_R"), [(None, 0), (7, 0), (7, 2), (None, 4)])
+def test_decode_cost_counts_the_matrix_products_run(d_LQ, d_R):
+    """Rebuilt and absorbed against attnlib's two paths, expanded against the loop above."""
+    H, d_in, d_head, d_v, d_L, n_old = 3, 10, 4, 5, 6, 8
+    spec = _toy_spec(H, d_in, d_head, d_v, d_L, d_LQ, d_R)
+    mla = MultiHeadLatentAttention(d_in, H, d_head, d_L, d_latent_q=d_LQ, d_rope=d_R, d_v=d_v,
+                                   dtype=F64)
+    X_old, x = torch.randn(1, n_old, d_in, dtype=F64), torch.randn(1, 1, d_in, dtype=F64)
+    outputs = {}
+    with torch.no_grad():
+        for path, absorbed in (("rebuilt", False), ("absorbed", True)):
+            cache = LatentCache()
+            mla(X_old, causal=True, cache=cache)
+            with _MacSpy() as spy:
+                outputs[path] = mla(x, causal=True, cache=cache, absorbed=absorbed,
+                                    impl="explicit")
+            cost = mla_decode_cost(spec, n_old + 1, path=path)
+            assert spy.macs == cost["macs"], path
+            assert cache.nbytes == (n_old + 1) * cost["cache_values_per_token"] * 8
+        # expanded: the per-head cache of the old tokens, then one decoded token
+        L_old = X_old[0] @ mla.W_L
+        K_c = (L_old @ mla.W_LK).reshape(n_old, H, d_head).transpose(0, 1)
+        V_c = (L_old @ mla.W_LV).reshape(n_old, H, d_v).transpose(0, 1)
+        kR_c = apply_rope(X_old[0] @ mla.W_KR, torch.arange(n_old)) if d_R else None
+        with _MacSpy() as spy:
+            Y, K, V, k_R = _expanded_decode(mla, x[0], K_c, V_c, kR_c)
+    cost = mla_decode_cost(spec, n_old + 1, path="expanded")
+    assert spy.macs == cost["macs"]
+    held = K.numel() + V.numel() + (0 if k_R is None else k_R.numel())
+    assert held == (n_old + 1) * cost["cache_values_per_token"]
+    torch.testing.assert_close(Y, outputs["absorbed"][0], **tolerances(F64))
+    torch.testing.assert_close(Y, outputs["rebuilt"][0], **tolerances(F64))
+
+
+def test_decode_cost_deepseek_v2_closed_forms():
+    spec, n, b = attnlib.memory.DEEPSEEK_V2, 4096, 2
+    H, dh, dv, dL, dR, dLQ, d = 128, 128, 128, 512, 64, 1536, 5120
+    cost = {p: mla_decode_cost(spec, n, path=p) for p in mla_module.DECODE_PATHS}
+    assert cost["expanded"]["cache_values_per_token"] == 2 * H * dh + dR == 32_832
+    assert cost["absorbed"]["cache_values_per_token"] == cost["rebuilt"]["cache_values_per_token"]
+    assert cost["absorbed"]["cache_bytes"] == n * (dL + dR) * b
+    per_key = {p: c["macs_attention"] // n for p, c in cost.items()}
+    assert per_key == {"expanded": H * (dh + dR + dv),
+                       "rebuilt": H * (dL * (dh + dv) + dh + dR + dv),
+                       "absorbed": H * (2 * dL + dR)}
+    weights = d * dLQ + dLQ * H * (dh + dR) + d * (dL + dR) + dL * H * (dh + dv) + H * dv * d
+    assert {c["weight_bytes"] for c in cost.values()} == {weights * b}
+    for c in cost.values():
+        assert c["macs"] == c["macs_projections"] + c["macs_attention"]
+    # the projections differ only by what is applied once per token
+    base = cost["rebuilt"]["macs_projections"]
+    assert cost["expanded"]["macs_projections"] - base == dL * H * (dh + dv)
+    assert cost["absorbed"]["macs_projections"] - base == H * dh * dL + H * dL * dv
+
+
+@pytest.mark.parametrize(("call", "error", "name"), [
+    (lambda: mla_decode_cost(attnlib.memory.LLAMA3_8B, 8), ValueError, "d_latent"),
+    (lambda: mla_decode_cost("DeepSeek-V2", 8), TypeError, "spec"),
+    (lambda: mla_decode_cost(attnlib.memory.DEEPSEEK_V2, 0), ValueError, "n_ctx"),
+    (lambda: mla_decode_cost(attnlib.memory.DEEPSEEK_V2, 8, path="naive"), ValueError, "path"),
+    (lambda: mla_decode_cost(attnlib.memory.DEEPSEEK_V2, 8, bytes_per_elem=0), ValueError,
+     "bytes_per_elem"),
+])
+def test_decode_cost_rejects(call, error, name):
+    with pytest.raises(error, match=name):
+        call()
+
+
+# --- Hugging Face's DeepseekV3Attention -> attnlib: mla_from_deepseek ----------------------
+
+
+def _deepseek_attention(q_lora_rank, rope_interleave=True, **overrides):
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3Attention
+
+    config = transformers.DeepseekV3Config(**{
+        "hidden_size": 24, "num_attention_heads": 3, "num_key_value_heads": 3,
+        "kv_lora_rank": 7, "qk_nope_head_dim": 5, "qk_rope_head_dim": 4, "v_head_dim": 6,
+        "q_lora_rank": q_lora_rank, "rope_interleave": rope_interleave, "rope_theta": 500.0,
+        "attn_implementation": "eager", **overrides,
+    })
+    hf = DeepseekV3Attention(config, layer_idx=0).eval()
+    with torch.no_grad():
+        for norm in (hf.kv_a_layernorm, hf.q_a_layernorm):
+            if norm is not None:
+                norm.weight.uniform_(0.5, 1.5)
+    return config, hf
+
+
+@pytest.mark.parametrize("q_lora_rank", [9, None])
+@pytest.mark.parametrize("rope_interleave", [True, False])
+@torch.no_grad()
+def test_mla_from_deepseek_matches_hugging_face(q_lora_rank, rope_interleave):
+    config, hf = _deepseek_attention(q_lora_rank, rope_interleave)
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3RotaryEmbedding
+
+    mla = mla_module.mla_from_deepseek(hf)
+    assert (mla.d_latent, mla.d_rope, mla.d_latent_q, mla.rope_base) == (7, 4, q_lora_rank, 500.0)
+    X = torch.randn(2, 6, 24)
+    pos = torch.arange(6).expand(2, 6)
+    mask = torch.zeros(6, 6).masked_fill(~_tril(6, "cpu"), -math.inf)[None, None]
+    Y_hf = hf(X, position_embeddings=DeepseekV3RotaryEmbedding(config)(X, pos),
+              attention_mask=mask)[0]
+    for absorbed in (False, True):
+        torch.testing.assert_close(mla(X, causal=True, absorbed=absorbed), Y_hf,
+                                   rtol=2e-5, atol=1e-6)
+
+
+def test_mla_from_deepseek_rejects():
+    with pytest.raises(TypeError, match="DeepseekV3Attention"):
+        mla_module.mla_from_deepseek(MultiHeadLatentAttention(8, 2, 2, 3))
+    _, hf = _deepseek_attention(9, attention_bias=True)
+    with pytest.raises(ValueError, match="bias"):
+        mla_module.mla_from_deepseek(hf)

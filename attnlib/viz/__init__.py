@@ -7,7 +7,9 @@ per chapter.
   over a slider for pages with no kernel, ``explorer`` wires it to live ipywidgets.
 - chapter modules: :mod:`attnlib.viz.tokens` (lesson 00), :mod:`attnlib.viz.lookup`
   (lesson 01), :mod:`attnlib.viz.softmax` (lesson 02), :mod:`attnlib.viz.heads` (lesson 03),
-  :mod:`attnlib.viz.masks` (lesson 04).
+  :mod:`attnlib.viz.masks` (lesson 04), :mod:`attnlib.viz.kvcache` (lesson 05),
+  :mod:`attnlib.viz.gqa` (lesson 06), :mod:`attnlib.viz.mla` (lesson 07),
+  :mod:`attnlib.viz.rope` (lesson 08), :mod:`attnlib.viz.frontier` (lesson 09).
 
 Example:
     >>> import attnlib
@@ -17,7 +19,7 @@ Example:
     2
 """
 
-from attnlib.viz import heads, lookup, masks, softmax, tokens
+from attnlib.viz import frontier, gqa, heads, kvcache, lookup, masks, mla, rope, softmax, tokens
 from attnlib.viz.explore import explorer, twin
 from attnlib.viz.style import (
     COLORS,
@@ -46,9 +48,14 @@ __all__ = [
     "rounded",
     "style",
     # chapter modules
+    "frontier",
+    "gqa",
     "heads",
+    "kvcache",
     "lookup",
     "masks",
+    "mla",
+    "rope",
     "softmax",
     "tokens",
 ]

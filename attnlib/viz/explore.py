@@ -134,17 +134,39 @@ def twin(
             "args": [{"visible": visible}, _layout_update(f, axes)],
         })
     caption = ", ".join((labels or {}).get(n, n) for n in names)
-    height = (first.layout.height or HEIGHT) + 60  # room for the slider
-    fig.update_layout(
-        height=height,
-        sliders=[{
-            "active": active,
-            "currentvalue": {"prefix": f"{caption} = "},
-            "pad": {"t": 50},
-            "steps": steps,
-        }],
-    )
+    slider = {
+        "active": active,
+        "currentvalue": {"prefix": f"{caption} = "},
+        "pad": {"t": 50},
+        "steps": steps,
+    }
+    room = _slider_room(first)
+    slider.update(room.pop("slider", {}))
+    fig.update_layout(sliders=[slider], **room)
     return fig
+
+
+def _slider_room(fig: go.Figure) -> dict:
+    """Layout (height, and where needed margin) and slider placement that make room for it.
+
+    The slider goes under the plotting area. A legend laid out below the plot (``y < 0``)
+    would sit on top of it, so then the slider moves down past the legend (up to two rows
+    of it) and the bottom margin and the height grow to hold it.
+    """
+    height = fig.layout.height or HEIGHT
+    legend_y = fig.layout.legend.y
+    if legend_y is None or legend_y >= 0:
+        return {"height": height + 60}
+    top, bottom = fig.layout.margin.t, fig.layout.margin.b
+    plot = height - (70 if top is None else top) - (60 if bottom is None else bottom)
+    below = -legend_y * plot + 70  # px from the plot's bottom edge to the slider's top
+    new_bottom = round(below + 90)  # the slider: current value, rail and step labels
+    grow = new_bottom - (60 if bottom is None else bottom)
+    return {
+        "height": height + grow,
+        "margin": {"b": new_bottom},
+        "slider": {"y": round(-below / plot, 4), "yanchor": "top", "pad": {"t": 0}},
+    }
 
 
 def explorer(

@@ -18,9 +18,8 @@ Lesson: 04_masks_and_layers.
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
 
 import pandas as pd
@@ -32,7 +31,7 @@ from attnlib._checks import check_choice, check_nonnegative_int, check_positive_
 from attnlib.core import attention_weights
 from attnlib.layers import FeedForward, TransformerBlock
 from attnlib.masks import causal_mask, key_padding_mask, sliding_window_mask
-from attnlib.viz.style import COLORS, DASHES, HEIGHT, OKABE_ITO, rounded, style
+from attnlib.viz.style import COLORS, DASHES, HEIGHT, OKABE_ITO, rounded, seeded, style
 
 __all__ = [
     "ALIGNMENTS",
@@ -309,20 +308,12 @@ def mask_table(
 # ---------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _seeded(seed: int) -> Iterator[None]:
-    """``torch.manual_seed(seed)`` inside; the global random state is restored after."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        yield
-
-
 @lru_cache(maxsize=64)
 def _variances(
     norm: str, n_layers: int, d_model: int, n_heads: int, n_tokens: int, batch: int,
     weight_scale: float, seed: int,
 ) -> tuple[float, ...]:
-    with _seeded(seed):
+    with seeded(seed):
         blocks = [TransformerBlock(d_model, n_heads, norm=norm) for _ in range(n_layers)]
     x = torch.randn(batch, n_tokens, d_model, generator=torch.Generator().manual_seed(seed))
     out = [float(x.var())]

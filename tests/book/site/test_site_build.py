@@ -6,6 +6,7 @@ build wrote, so a failure names the exact tag at fault.
 
 from __future__ import annotations
 
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -180,3 +181,86 @@ def test_exercises_are_numbered_by_lesson(html_dir: Path, lessons: dict) -> None
         assert checked, f"{name}: no exercise is checked with attnlib.exercises.check"
         unknown = sorted(checked - set(shown))
         assert not unknown, f"{name}: checks {unknown} name no exercise on the page"
+
+
+class _BenchmarkTableReader(HTMLParser):
+    """The cells of the page's ``<table class="benchmark-table ...">``, row by row, and its
+    caption; each cell tagged th or td."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[list[tuple[str, str]]] = []
+        self.caption = ""
+        self._depth = 0  # inside the benchmark table when > 0
+        self._cell: tuple[str, list[str]] | None = None
+        self._in_caption = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "table":
+            classes = (dict(attrs).get("class") or "").split()
+            if self._depth or "benchmark-table" in classes:
+                self._depth += 1
+        elif self._depth and tag == "tr":
+            self.rows.append([])
+        elif self._depth and tag in ("th", "td"):
+            self._cell = (tag, [])
+        elif self._depth and tag == "caption":
+            self._in_caption = True
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "table" and self._depth:
+            self._depth -= 1
+        elif self._depth and tag in ("th", "td") and self._cell is not None:
+            kind, text = self._cell
+            self.rows[-1].append((kind, " ".join("".join(text).split())))
+            self._cell = None
+        elif tag == "caption":
+            self._in_caption = False
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell[1].append(data)
+        elif self._in_caption:
+            self.caption += data
+
+
+def test_performance_page_shows_the_saved_benchmarks(html_dir: Path, book_root: Path) -> None:
+    """book/performance.md's table is built from benchmarks/results/*.json (by
+    book/_ext/benchmarks_table.py with benchmarks/report.py): run.py's columns, a GPU's only
+    when its results exist, a row per measurement, and each file's machine and date line."""
+    import html
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "benchmarks_report", book_root / "benchmarks" / "report.py"
+    )
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    folder = book_root / "benchmarks" / "results"
+    runs = {path.stem: report.load(path) for path in sorted(folder.glob("*.json"))}
+    assert "cpu" in runs, f"no {folder / 'cpu.json'}: run benchmarks/run.py --save"
+    devices = ["cpu", *sorted(set(runs) - {"cpu"})]
+
+    page = (html_dir / "book" / "performance.html").read_text(encoding="utf-8")
+    reader = _BenchmarkTableReader()
+    reader.feed(page)
+    assert reader.rows, "the performance page has no benchmark table"
+    assert "The benchmarks, measured on" in reader.caption
+    header, *body = reader.rows
+    expected = list(report.HEADER[:2])
+    for device in devices:
+        suffix = "" if len(devices) == 1 else f" ({device})"
+        expected += [f"{name}{suffix}" for name in report.HEADER[2:]]
+    assert header == [("th", name) for name in expected]
+    cpu_rows = report.rows(runs["cpu"])
+    assert len(body) >= len(cpu_rows)
+    for row, cells in zip(body, cpu_rows, strict=False):
+        assert [kind for kind, _ in row[:2]] == ["th", "th"]  # benchmark and case head a row
+        assert [text for _, text in row[: len(report.HEADER)]] == list(cells)
+
+    text = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", page)).split())
+    for results in runs.values():
+        assert report.machine_line(results) in text
+        assert report.targets_line(results) in text
+    if devices == ["cpu"]:
+        assert "these are CPU figures" in text

@@ -1,0 +1,69 @@
+"""Gated attention: a sigmoid gate on each head's output, ``Y' = Y * sigmoid(X W_theta)``.
+
+The gate is computed from the layer's input ``X`` (the same rows the queries come from),
+one gate per output coordinate of each head, and multiplies the attention output before
+the heads are merged and ``W_O`` is applied (Qiu et al., 2025). It is not an approximation:
+it adds a data-dependent, elementwise non-linearity after ``Z^-1 A V``. Its point is what
+softmax attention cannot do on its own: return (nearly) zero. Each row of ``Z^-1 A`` sums
+to 1, so a head with nothing to read must still average some values; without a gate it
+learns to park its weight on a token whose value is close to 0 (an attention sink), while
+a gated head can simply close its gate.
+
+Lesson: 09_frontier.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attnlib._checks import check_matrix, check_tensor, entry_point
+from attnlib.heads import split_heads
+
+__all__ = ["output_gate"]
+
+
+@entry_point
+def output_gate(Y: torch.Tensor, X: torch.Tensor, W_theta: torch.Tensor) -> torch.Tensor:
+    """``Y' = Y * sigmoid(X W_theta)``: the head-specific, elementwise output gate.
+
+    Args:
+        Y: attention output, either one head ``(..., N, d_V)`` or every head
+            ``(..., H, N, d_head)`` (before merging the heads and applying ``W_O``).
+        X: ``(..., N, d_in)`` the rows the queries were computed from.
+        W_theta: ``(d_in, d_V)`` for one head, ``(d_in, H * d_head)`` for ``H`` heads;
+            column block ``h`` gates head ``h``, the layout of ``W_Q``.
+
+    Returns:
+        Same shape as ``Y``; every entry is ``Y`` times a factor in ``(0, 1)``.
+
+    Equivalent to ``merge_heads(Y) * torch.sigmoid(X @ W_theta)`` when ``Y`` holds heads: the
+    gate may be applied before or after the merge, never after ``W_O``.
+
+    Example:
+        >>> Y = torch.ones(2, 3, 4)  # H = 2 heads, N = 3 tokens, d_head = 4
+        >>> X = torch.ones(3, 5)
+        >>> W_theta = torch.cat([torch.full((5, 4), -2.0), torch.full((5, 4), 2.0)], dim=1)
+        >>> output_gate(Y, X, W_theta)[:, 0, 0].round(decimals=3)  # head 0's gate: nearly shut
+        tensor([0., 1.])
+
+    Lesson: 09_frontier.
+    """
+    check_tensor("Y", Y, min_dim=2)
+    check_tensor("X", X, min_dim=2)
+    check_matrix("W_theta", W_theta, rows=X.shape[-1])
+    if X.dtype != Y.dtype or W_theta.dtype != Y.dtype:
+        raise TypeError(
+            f"Y, X and W_theta must share one dtype; got {Y.dtype}, {X.dtype}, {W_theta.dtype}"
+        )
+    heads = Y.dim() > X.dim()
+    width = Y.shape[-3] * Y.shape[-1] if heads else Y.shape[-1]
+    if W_theta.shape[1] != width or Y.shape[-2] != X.shape[-2]:
+        layout = "(d_in, H * d_head)" if heads else "(d_in, d_V)"
+        raise ValueError(
+            f"W_theta must have shape {layout} = ({X.shape[-1]}, {width}) and Y the N = "
+            f"{X.shape[-2]} rows of X; got W_theta {tuple(W_theta.shape)}, Y {tuple(Y.shape)}"
+        )
+    G = torch.sigmoid(X @ W_theta)  # (..., N, H d_head) or (..., N, d_V)
+    if heads:
+        G = split_heads(G, Y.shape[-3])  # (..., H, N, d_head)
+    return Y * G

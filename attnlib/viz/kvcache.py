@@ -1,0 +1,417 @@
+"""Figures and tables of lesson 05: decoding timings, operation counts, cache sizes.
+
+- :func:`decode_timings` runs greedy generation the way :meth:`attnlib.TinyDecoder.generate`
+  does, with or without caches, and times every pass; :func:`timing_figure` draws the
+  time per new token against its position, with a fitted growth exponent per curve.
+- :func:`macs_table` adds up :func:`attnlib.cache.generation_macs` over a generation.
+- :func:`preset_table` and :func:`memory_figure` size the cache of the published models of
+  :data:`attnlib.memory.PRESETS` against their weights; :func:`memory_figure` is the
+  lesson's explorer (:data:`MEMORY_SETTINGS` are its twin's steps).
+- :func:`reservation_table` compares what a batch of requests reserves when each cache is
+  allocated for the longest context, in fixed-size pages, or exactly.
+
+Every figure function takes keyword parameters, returns a ``go.Figure`` with rounded data
+and never shows it; table builders return ``pandas.DataFrame`` objects.
+
+Lesson: 05_kv_cache.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import torch
+
+from attnlib._checks import check_choice, check_positive_int
+from attnlib.cache import generation_macs
+from attnlib.layers import TinyDecoder
+from attnlib.memory import PRESETS
+from attnlib.viz.style import COLORS, DASHES, rounded, style
+
+__all__ = [
+    "BATCHES",
+    "CONTEXTS",
+    "DTYPES",
+    "GB",
+    "MEMORY_SETTINGS",
+    "WEIGHT_DTYPE",
+    "decode_timings",
+    "fit_exponent",
+    "macs_table",
+    "memory_figure",
+    "memory_table",
+    "preset_table",
+    "reservation_table",
+    "timing_figure",
+]
+
+GB = 10**9
+"""A gigabyte as the book uses it: 10^9 bytes (a GiB is 2^30 bytes, 7.4% more)."""
+
+DTYPES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp8": 1}
+"""Bytes per stored number ``n_b`` of the cache's formats."""
+
+WEIGHT_DTYPE = "bf16"
+"""The format the memory calculator stores the weights in, whatever the cache's format."""
+
+CONTEXTS: tuple[int, ...] = tuple(2**k for k in range(10, 21))
+"""Context lengths of the calculator, 1,024 to 1,048,576 tokens per sequence."""
+
+BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+"""Batch sizes of the calculator: sequences served at once."""
+
+MEMORY_SETTINGS: tuple[tuple[str, int, int, str], ...] = (
+    ("Llama 3 70B", 131_072, 1, "bf16"),
+    ("Llama 3 70B", 131_072, 4, "bf16"),
+    ("Llama 3 70B", 131_072, 4, "fp8"),
+    ("Llama 3 8B", 131_072, 1, "bf16"),
+    ("Llama 2 7B", 4_096, 1, "bf16"),
+    ("Llama 2 7B", 4_096, 16, "bf16"),
+    ("Gemma 3 27B", 131_072, 1, "bf16"),
+    ("DeepSeek-V2", 131_072, 1, "bf16"),
+    ("DeepSeek-V2", 131_072, 64, "bf16"),
+)
+"""The twin's steps, as ``(model, context, batch, dtype)``: Llama 3 70B at 128k tokens for
+one and four sequences, with a bf16 and an fp8 cache; Llama 3 8B at 128k; Llama 2 7B (plain
+MHA) at its 4,096-token context for one and 16 sequences; Gemma 3 27B at 128k; DeepSeek-V2
+(MLA) at 128k for one and 64 sequences."""
+
+
+# ---------------------------------------------------------------------------------------
+# time and operation counts
+# ---------------------------------------------------------------------------------------
+
+
+def decode_timings(
+    model: TinyDecoder, ids: torch.Tensor, n_new: int, *, use_cache: bool, repeats: int = 1
+) -> tuple[torch.Tensor, list[float]]:
+    """Greedy generation as :meth:`attnlib.TinyDecoder.generate` does it, timing each pass.
+
+    Pass ``t`` feeds the whole sequence (``use_cache=False``) or, after the prompt, only the
+    newest token through per-layer caches, and appends the ``argmax`` of the last logits.
+    The run is repeated ``repeats`` times on one CPU thread and each pass keeps its fastest
+    time, which filters out most of the noise of a shared machine.
+
+    Args:
+        model: the decoder.
+        ids: ``(B, N)`` prompt token ids.
+        n_new: tokens to generate (>= 1).
+        use_cache: decode with caches.
+        repeats: runs to take the fastest time of (>= 1).
+
+    Returns:
+        ``(ids_out, seconds)``: the prompt followed by the generated ids, ``(B, N + n_new)``,
+        and the wall-clock seconds of each of the ``n_new`` passes.
+    """
+    check_positive_int("n_new", n_new)
+    check_positive_int("repeats", repeats)
+    best = [math.inf] * n_new
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # small matrices: a thread pool only adds noise
+    try:
+        with torch.no_grad():
+            for _ in range(repeats):
+                caches = model.new_caches() if use_cache else None
+                out = step = ids
+                for t in range(n_new):
+                    start = time.perf_counter()
+                    logits = model(step, caches=caches)  # (B, N_step, N_T)
+                    next_id = logits[..., -1, :].argmax(dim=-1, keepdim=True)  # (B, 1)
+                    best[t] = min(best[t], time.perf_counter() - start)
+                    out = torch.cat((out, next_id), dim=-1)
+                    step = next_id if use_cache else out
+    finally:
+        torch.set_num_threads(threads)
+    return out, best
+
+
+def fit_exponent(x: Sequence[float], y: Sequence[float]) -> float:
+    """The slope ``k`` of the least-squares line through ``(log x, log y)``: ``y ≈ c x^k``.
+
+    Example:
+        >>> round(fit_exponent([1, 2, 4, 8], [3, 12, 48, 192]), 6)
+        2.0
+    """
+    lx, ly = np.log(np.asarray(x, dtype=np.float64)), np.log(np.asarray(y, dtype=np.float64))
+    return float(np.polyfit(lx, ly, 1)[0])
+
+
+def timing_figure(
+    positions: Sequence[int],
+    seconds_cached: Sequence[float],
+    seconds_recomputed: Sequence[float],
+    *,
+    fit_from: int | None = None,
+    block: int = 8,
+) -> go.Figure:
+    """Time per new token against its position, with and without a cache (log-log axes).
+
+    Each curve's legend entry gives its growth exponent, the slope fitted by
+    :func:`fit_exponent` over the positions ``>= fit_from`` (the second half by default).
+    The fit goes through the fastest pass of each run of ``block`` consecutive positions
+    (at that pass's position): a pass interrupted by another process on the machine is
+    slow for reasons that have nothing to do with its position, and the minimum skips it.
+
+    Args:
+        positions: position of each generated token (its index in the sequence).
+        seconds_cached: seconds of each pass with caches.
+        seconds_recomputed: seconds of each pass that recomputes the whole sequence.
+        fit_from: first position of the fit.
+        block: consecutive positions whose fastest pass enters the fit.
+
+    Returns:
+        go.Figure: two scatter traces in milliseconds.
+    """
+    pos = np.asarray(positions, dtype=np.float64)
+    start = pos[len(pos) // 2] if fit_from is None else fit_from
+    keep = pos >= start
+    fig = go.Figure()
+    looks = (("with the cache", seconds_cached, COLORS["main"], "circle"),
+             ("recomputing everything", seconds_recomputed, COLORS["reference"], "diamond"))
+    for name, secs, color, symbol in looks:
+        ms = np.asarray(secs, dtype=np.float64) * 1e3
+        k = fit_exponent(*_block_minima(pos[keep], ms[keep], block))
+        fig.add_trace(go.Scatter(
+            x=rounded(pos), y=rounded(ms, 4), mode="markers", name=f"{name}: exponent {k:.2f}",
+            marker={"color": color, "symbol": symbol, "size": 5},
+            hovertemplate="position %{x}<br>%{y:.3f} ms<extra>" + name + "</extra>",
+        ))
+    xticks = [t for t in (10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
+              if min(positions) / 2 <= t <= 2 * max(positions)]
+    fig.update_xaxes(title_text="position of the new token (log)", type="log", tickmode="array",
+                     tickvals=xticks, ticktext=[str(t) for t in xticks])
+    ticks = [0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500]
+    fig.update_yaxes(title_text="time for the pass (ms, log)", type="log", tickmode="array",
+                     tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])
+    style(fig, ("Time per new token against its position<br><sup>exponents fitted from "
+                f"position {int(start)} on; measured here, different on your machine</sup>"))
+    fig.update_layout(legend={"orientation": "h", "x": 0, "y": -0.2, "yanchor": "top"},
+                      margin={"b": 110})
+    return fig
+
+
+def _block_minima(x: np.ndarray, y: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """The smallest ``y`` of each run of ``block`` points, with its own ``x``."""
+    n = len(x) // block * block
+    if n == 0:
+        raise ValueError(f"block must be at most the number of fitted points ({len(x)}); "
+                         f"got {block}")
+    xs = x[:n].reshape(-1, block)
+    ys = y[:n].reshape(-1, block)
+    best = ys.argmin(axis=1)
+    rows = np.arange(len(best))
+    return xs[rows, best], ys[rows, best]
+
+
+def macs_table(n_passes: Sequence[int], **shape: int | str) -> pd.DataFrame:
+    """Multiply-adds of a generation whose passes read ``n = 1, 2, ..., N`` tokens.
+
+    For each ``N`` in ``n_passes``, :func:`attnlib.cache.generation_macs` is summed over
+    ``N`` new tokens generated from a one-token prompt, with and without a cache.
+
+    Args:
+        n_passes: the numbers of passes ``N`` (each >= 1).
+        **shape: the model's shape, as for :func:`attnlib.cache.decode_step_macs`.
+
+    Returns:
+        pd.DataFrame: indexed by ``N``; the attention and the total multiply-adds without
+        and with the cache, and the ratio of the totals (1 decimal).
+    """
+    rows = {}
+    for n in n_passes:
+        check_positive_int("n_passes[...]", n)
+        runs = {}
+        for use_cache in (False, True):
+            steps = generation_macs(1, n, use_cache=use_cache, **shape)
+            runs[use_cache] = (sum(s["attention"] for s in steps),
+                               sum(s["attention"] + s["other"] for s in steps))
+        rows[n] = {
+            "attention, recomputing": runs[False][0],
+            "attention, cached": runs[True][0],
+            "total, recomputing": runs[False][1],
+            "total, cached": runs[True][1],
+            "total ratio": round(runs[False][1] / runs[True][1], 1),
+        }
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("N")
+
+
+# ---------------------------------------------------------------------------------------
+# memory: the cache against the weights
+# ---------------------------------------------------------------------------------------
+
+
+def preset_table(n_tokens: int = 131_072, *, bytes_per_elem: int = 2) -> pd.DataFrame:
+    """Cache and weights of every preset, one sequence of ``n_tokens`` tokens.
+
+    Args:
+        n_tokens: tokens in the sequence.
+        bytes_per_elem: ``n_b`` of the cache and of the weights.
+
+    Returns:
+        pd.DataFrame: per model, its attention kind, ``N_L``, ``H``, ``G``, ``d_head``, the
+        cache bytes per token, the cache and the weights in GB (1 decimal) and the tokens of
+        cache that weigh as much as the weights.
+    """
+    check_positive_int("n_tokens", n_tokens)
+    rows = {}
+    for name, spec in PRESETS.items():
+        per_token = spec.kv_bytes_per_token(bytes_per_elem)
+        weights = spec.weight_bytes(bytes_per_elem)
+        rows[name] = {
+            "attention": spec.attention_kind.upper(),
+            "N_L": spec.n_layers,
+            "H": spec.n_heads,
+            "G": spec.n_kv_heads if spec.d_latent is None else "-",
+            "d_head": spec.d_head,
+            "cache bytes per token": per_token,
+            f"cache GB at {n_tokens:,}": round(per_token * n_tokens / GB, 1),
+            "weights GB": round(weights / GB, 1),
+            "tokens = weights": weights // per_token,
+        }
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("model")
+
+
+def _memory(model: str, context: int, batch: int, dtype: str) -> dict[str, float]:
+    check_choice("model", model, list(PRESETS))
+    check_choice("dtype", dtype, list(DTYPES))
+    check_positive_int("context", context)
+    check_positive_int("batch", batch)
+    spec = PRESETS[model]
+    per_token = spec.kv_bytes_per_token(DTYPES[dtype])
+    weights = spec.weight_bytes(DTYPES[WEIGHT_DTYPE])
+    cache = per_token * context * batch
+    return {"per_token": per_token, "cache": cache, "weights": weights,
+            "crossover": weights / (per_token * batch)}
+
+
+def memory_figure(
+    model: str = "Llama 3 70B", context: int = 131_072, batch: int = 1, dtype: str = "bf16"
+) -> go.Figure:
+    """The KV cache of a batch against the model's weights, over the context length.
+
+    The cache curve is ``kv_bytes_per_token(n_b) · N · B`` for ``N`` in :data:`CONTEXTS`
+    (log axis); the horizontal line is the weights in :data:`WEIGHT_DTYPE`; the large marker
+    is the chosen context. The title gives both sizes in GB (10^9 bytes), their ratio and
+    the context per sequence at which the cache outweighs the weights.
+
+    Args:
+        model: a name in :data:`attnlib.memory.PRESETS`.
+        context: tokens per sequence ``N``.
+        batch: sequences ``B``.
+        dtype: the cache's format, a key of :data:`DTYPES`.
+
+    Returns:
+        go.Figure: three scatter traces (cache, weights, chosen point), in GB.
+    """
+    m = _memory(model, context, batch, dtype)
+    xs = list(CONTEXTS)
+    cache_gb = [m["per_token"] * n * batch / GB for n in xs]
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(
+        x=xs, y=rounded(cache_gb, 3), mode="lines+markers", name=f"KV cache ({dtype})",
+        line={"color": COLORS["main"], "dash": DASHES["measured"], "width": 2},
+        marker={"symbol": "circle", "size": 6},
+        hovertemplate="N = %{x:,} tokens<br>cache %{y:.1f} GB<extra></extra>",
+    ))
+    fig.add_trace(go.Scatter(
+        x=[xs[0], xs[-1]], y=rounded([m["weights"] / GB] * 2, 3), mode="lines",
+        name=f"weights ({WEIGHT_DTYPE})",
+        line={"color": COLORS["reference"], "dash": DASHES["marker"], "width": 2},
+        hovertemplate="weights %{y:.1f} GB<extra></extra>",
+    ))
+    fig.add_trace(go.Scatter(
+        x=[context], y=rounded([m["cache"] / GB], 3), mode="markers", name="chosen context",
+        marker={"color": COLORS["marker"], "symbol": "diamond", "size": 13},
+        hovertemplate="N = %{x:,}<br>cache %{y:.1f} GB<extra></extra>",
+    ))
+    fig.update_xaxes(title_text="context N, tokens per sequence (log)", type="log",
+                     tickmode="array", tickvals=xs[::2],
+                     ticktext=[f"{n // 1024:,}k" for n in xs[::2]])
+    ticks = [0.01, 0.1, 1, 10, 100, 1000, 10000]
+    fig.update_yaxes(title_text="GB (10⁹ bytes), log", type="log", tickmode="array",
+                     tickvals=ticks, ticktext=[f"{t:,g}" for t in ticks])
+    ratio = m["cache"] / m["weights"]
+    cross = m["crossover"]
+    where = f"N = {math.floor(cross):,}" + (" (off the axis)" if cross > xs[-1] else "")
+    style(fig, (f"{model}, batch {batch}, {dtype} cache: {m['cache'] / GB:.1f} GB of cache, "
+                f"{m['weights'] / GB:.1f} GB of weights ({ratio:.2f}×)<br><sup>"
+                f"{m['per_token']:,} bytes per token; the cache reaches the weights at "
+                f"{where} tokens per sequence</sup>"))
+    fig.update_layout(legend={"x": 0.99, "y": 0.02, "xanchor": "right", "yanchor": "bottom",
+                              "bgcolor": "rgba(255,255,255,0.8)"},
+                      margin={"t": 90})
+    return fig
+
+
+def memory_table(
+    settings: Sequence[tuple[str, int, int, str]] = MEMORY_SETTINGS,
+) -> pd.DataFrame:
+    """The numbers behind :func:`memory_figure`, one row per ``(model, context, batch, dtype)``.
+
+    Returns:
+        pd.DataFrame: bytes per token, the cache and the weights in GB (1 decimal), their
+        ratio (2 decimals) and the context per sequence at which they are equal.
+    """
+    rows = {}
+    for model, context, batch, dtype in settings:
+        m = _memory(model, context, batch, dtype)
+        rows[(model, context, batch, dtype)] = {
+            "bytes per token": m["per_token"],
+            "cache GB": round(m["cache"] / GB, 1),
+            "weights GB": round(m["weights"] / GB, 1),
+            "cache / weights": round(m["cache"] / m["weights"], 2),
+            "N where equal": math.floor(m["crossover"]),
+        }
+    table = pd.DataFrame.from_dict(rows, orient="index")
+    table.index = pd.MultiIndex.from_tuples(table.index, names=["model", "N", "B", "cache"])
+    return table
+
+
+# ---------------------------------------------------------------------------------------
+# how a cache is laid out in memory
+# ---------------------------------------------------------------------------------------
+
+
+def reservation_table(
+    lengths: Sequence[int], *, max_tokens: int, block_tokens: int, bytes_per_token: int
+) -> pd.DataFrame:
+    """Bytes a batch of requests reserves under three ways of laying out the cache.
+
+    - *preallocated*: every request gets room for ``max_tokens`` tokens up front;
+    - *paged*: every request gets ``ceil(n / block_tokens)`` blocks of ``block_tokens``
+      tokens, allocated as it grows (the idea of vLLM's PagedAttention);
+    - *exact*: ``n`` tokens, what the request actually holds.
+
+    Args:
+        lengths: tokens each request holds (each ``<= max_tokens``).
+        max_tokens: the longest context a request may reach.
+        block_tokens: tokens per block.
+        bytes_per_token: cache bytes per token, all layers.
+
+    Returns:
+        pd.DataFrame: reserved bytes per layout, in GB (3 decimals), and the share of them
+        holding tokens (1 decimal, percent).
+    """
+    check_positive_int("max_tokens", max_tokens)
+    check_positive_int("block_tokens", block_tokens)
+    check_positive_int("bytes_per_token", bytes_per_token)
+    for n in lengths:
+        if check_positive_int("lengths[...]", n) > max_tokens:
+            raise ValueError(f"lengths must be at most max_tokens={max_tokens}; got {n}")
+    held = sum(lengths)
+    reserved = {
+        "preallocated": len(lengths) * max_tokens,
+        "paged": sum(-(-n // block_tokens) * block_tokens for n in lengths),
+        "exact": held,
+    }
+    rows = {name: {"tokens reserved": tokens,
+                   "GB reserved": round(tokens * bytes_per_token / GB, 3),
+                   "used %": round(100 * held / tokens, 1)}
+            for name, tokens in reserved.items()}
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("layout")
+

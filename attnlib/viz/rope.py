@@ -1,0 +1,325 @@
+"""Figures and tables of lesson 08: RoPE's wavelengths and the rotation explorer.
+
+Every figure function takes keyword parameters, returns a ``go.Figure`` with rounded data
+and never shows it; :func:`attnlib.viz.twin` and :func:`attnlib.viz.explorer` turn
+:func:`rotation_figure` into the lesson's explorer. The table builders return
+``pandas.DataFrame`` objects, which notebooks render as HTML tables.
+
+Pair ``i`` of a ``d``-wide query or key turns by ``theta_i = b^(-2i/d)`` radians per
+position (:func:`attnlib.rope.rope_frequencies`), so it comes back to the same angle every
+``2 pi / theta_i`` positions, its *wavelength*. The explorer follows one query and one key
+of width :data:`D_EXPLORE` and the score
+``<q R_m, k R_n>`` of the rotated rows for every offset ``m - n`` from 0 to
+:data:`OFFSET_MAX`. The query has i.i.d. standard normal entries; the key is the query plus
+i.i.d. normal noise of standard deviation :data:`KEY_NOISE`, a key that matches its query
+(float64, on the CPU, both from ``torch.Generator().manual_seed(seed)``, the query first).
+
+Lesson: 08_rope.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import pandas as pd
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+
+from attnlib._checks import check_nonnegative_int, check_positive_float, check_positive_int
+from attnlib.rope import apply_rope, rope_frequencies
+from attnlib.viz.style import COLORS, DASHES, HEIGHT, OKABE_ITO, rounded, style
+
+__all__ = [
+    "BASES",
+    "D_EXPLORE",
+    "KEY_NOISE",
+    "OFFSET_MAX",
+    "ROTATION_SETTINGS",
+    "offset_scores",
+    "rotation_figure",
+    "rotation_table",
+    "wavelength_figure",
+    "wavelength_table",
+    "wavelengths",
+]
+
+D_EXPLORE = 16
+"""Width of the explorer's query and key: eight pairs, eight hands on the dial."""
+
+KEY_NOISE = 0.5
+"""Standard deviation of the noise that separates the explorer's key from its query."""
+
+OFFSET_MAX = 64
+"""The largest offset ``m - n`` the explorer shows."""
+
+BASES: tuple[float, ...] = (100.0, 10_000.0, 500_000.0)
+"""The explorer's bases: a small one, RoFormer's 10,000 and Llama 3's 500,000."""
+
+ROTATION_SETTINGS: tuple[tuple[int, float], ...] = (
+    (0, 10_000.0),
+    (1, 10_000.0),
+    (6, 10_000.0),
+    (25, 10_000.0),
+    (64, 10_000.0),
+    (6, 500_000.0),
+    (64, 500_000.0),
+    (6, 100.0),
+    (64, 100.0),
+)
+"""The settings of the lesson's twin, as ``(offset, base)``.
+
+Offset 0 (no turn), 1 (pair 0 turns one radian), 6 (pair 0 almost back where it started),
+25 and 64 with RoFormer's base; offsets 6 and 64 with Llama 3's larger base and with a
+small base of 100, whose slow pairs turn much further.
+"""
+
+_BASE_LOOKS = {  # colour, dash and marker together, so colour is never the only signal
+    10_000.0: {"color": COLORS["main"], "dash": DASHES["measured"], "symbol": "circle"},
+    500_000.0: {"color": COLORS["reference"], "dash": "dash", "symbol": "diamond"},
+}
+_OTHER_LOOKS = ({"color": OKABE_ITO["bluish green"], "dash": "dot", "symbol": "square"},
+                {"color": OKABE_ITO["orange"], "dash": "dashdot", "symbol": "triangle-up"})
+
+
+def _check_base(base: object) -> float:
+    return float(check_positive_float("base", base))
+
+
+def wavelengths(d: int, base: float = 10_000.0) -> torch.Tensor:
+    """Wavelengths ``2 pi / theta_i`` of the ``d/2`` pairs, in positions (float64).
+
+    Args:
+        d: rotated width (even): ``d_head``, or ``d_R`` for MLA's rotary part.
+        base: RoPE base ``b``.
+
+    Returns:
+        ``(d/2,)`` float64, from ``2 pi`` (pair 0) up to ``2 pi b^((d-2)/d)``.
+
+    Example:
+        >>> wavelengths(4, base=100.0)
+        tensor([ 6.2832, 62.8319], dtype=torch.float64)
+    """
+    base = _check_base(base)
+    return 2 * math.pi / rope_frequencies(d, base=base)
+
+
+def wavelength_figure(
+    d: int = 128, bases: Sequence[float] = (10_000.0, 500_000.0), *, context: int | None = None
+) -> go.Figure:
+    """The wavelength of every pair, one curve per base, on a logarithmic axis.
+
+    Args:
+        d: rotated width (even).
+        bases: the bases to compare (at most four).
+        context: when given, a dashed line at this many positions.
+
+    Returns:
+        go.Figure: one scatter trace per base (pair index against wavelength), the longest
+        wavelength of each base annotated, and the optional context line.
+    """
+    if not 1 <= len(bases) <= 4:
+        raise ValueError(f"bases must hold one to four bases; got {len(bases)}")
+    fig = go.Figure()
+    others = iter(_OTHER_LOOKS)
+    pairs = list(range(d // 2))
+    for base in bases:
+        lam = wavelengths(d, base)
+        look = _BASE_LOOKS.get(float(base)) or next(others)
+        fig.add_trace(go.Scatter(
+            x=pairs, y=rounded(lam), mode="lines+markers", name=f"b = {base:,.0f}",
+            line={"color": look["color"], "dash": look["dash"]},
+            marker={"symbol": look["symbol"], "size": 5, "color": look["color"]},
+            hovertemplate="pair %{x}: wavelength %{y:,.1f} positions<extra>b = "
+                          f"{base:,.0f}</extra>",
+        ))
+        fig.add_annotation(x=pairs[-1], y=math.log10(float(lam[-1])),
+                           text=f"{float(lam[-1]):,.0f}", showarrow=True, arrowhead=2,
+                           ax=-60, ay=-25, font={"color": look["color"]})
+    if context is not None:
+        context = check_positive_int("context", context)
+        fig.add_trace(go.Scatter(
+            x=[pairs[0], pairs[-1]], y=[context, context], mode="lines",
+            name=f"context of {context:,} positions",
+            line={"color": COLORS["marker"], "dash": DASHES["marker"], "width": 1},
+            hoverinfo="skip",
+        ))
+    fig.update_yaxes(type="log", title_text="wavelength 2π/θᵢ (positions, log scale)")
+    fig.update_xaxes(title_text="pair index i")
+    fig.update_layout(legend={"x": 0.02, "y": 0.98})
+    return style(fig, f"How far apart two positions are before pair i repeats its angle "
+                      f"(rotated width {d})")
+
+
+def wavelength_table(
+    d: int = 128, bases: Sequence[float] = (10_000.0, 500_000.0), *, context: int = 131_072
+) -> pd.DataFrame:
+    """Frequencies and wavelengths of the pairs for each base.
+
+    Args:
+        d: rotated width (even).
+        bases: the bases to compare.
+        context: a context length; the last column counts the pairs whose wavelength is
+            longer, so that their angle never repeats within the context.
+
+    Returns:
+        pd.DataFrame: ``θ_0`` and ``θ_last`` (as text, 4 significant digits), the shortest
+        and longest wavelength (2 decimals) and the count of slow pairs, one row per base.
+    """
+    context = check_positive_int("context", context)
+    rows = {}
+    for base in bases:
+        theta = rope_frequencies(d, base=_check_base(base))
+        lam = 2 * math.pi / theta
+        rows[f"{base:,.0f}"] = {
+            "θ_0": f"{float(theta[0]):.3e}",
+            f"θ_{d // 2 - 1}": f"{float(theta[-1]):.3e}",
+            "shortest wavelength": round(float(lam[0]), 2),
+            "longest wavelength": round(float(lam[-1]), 2),
+            f"pairs with wavelength > {context:,}": int((lam > context).sum()),
+        }
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("base b")
+
+
+def _draw(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The explorer's query and its matching key: ``(D_EXPLORE,)`` each, float64."""
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(D_EXPLORE, generator=gen, dtype=torch.float64)
+    k = q + KEY_NOISE * torch.randn(D_EXPLORE, generator=gen, dtype=torch.float64)
+    return q, k
+
+
+def offset_scores(base: float = 10_000.0, *, seed: int = 0) -> torch.Tensor:
+    """``s(Δ) = <q R_Δ, k R_0>`` for ``Δ = 0 .. OFFSET_MAX``, the explorer's score curve.
+
+    By the relative-position property this is also ``<q R_m, k R_n>`` for every pair of
+    positions with ``m - n = Δ``.
+
+    Args:
+        base: RoPE base.
+        seed: seed of the draw (see the module docstring).
+
+    Returns:
+        ``(OFFSET_MAX + 1,)`` float64.
+    """
+    base = _check_base(base)
+    q, k = _draw(seed)
+    offsets = torch.arange(OFFSET_MAX + 1)
+    q_rot = apply_rope(q.expand(OFFSET_MAX + 1, D_EXPLORE), offsets, base=base)  # q R_Δ
+    return q_rot @ k  # k at position 0 is not rotated
+
+
+def rotation_figure(offset: int = 6, base: float = 10_000.0, *, seed: int = 0) -> go.Figure:
+    """The pairs' angles at one offset (left) and the score against the offset (right).
+
+    Left: a dial with one hand per pair, hand ``i`` at the angle ``Δ θ_i`` by which pair
+    ``i`` of the query has turned relative to the key, ``Δ = m - n = offset``; hand ``i``
+    has length ``1 - 0.1 i`` so that hands at equal angles stay apart. Right:
+    :func:`offset_scores` for every offset, the current one marked, and a dotted line at
+    ``s(0) = <q, k>``. The title gives the turns of pair 0 and of the slowest pair and the
+    score at the offset.
+
+    Args:
+        offset: ``Δ``, ``0 <= Δ <= OFFSET_MAX``.
+        base: RoPE base.
+        seed: seed of the draw.
+
+    Returns:
+        go.Figure: four scatter traces (dial rim, hands, hand tips, score curve) and two
+        markers (current offset, ``s(0)`` line).
+    """
+    offset = check_nonnegative_int("offset", offset)
+    if offset > OFFSET_MAX:
+        raise ValueError(f"offset must be at most OFFSET_MAX = {OFFSET_MAX}; got {offset}")
+    base = _check_base(base)
+    theta = rope_frequencies(D_EXPLORE, base=base)  # (d/2,)
+    angles = offset * theta
+    radii = [1.0 - 0.1 * i for i in range(D_EXPLORE // 2)]
+    tips_x = [r * math.cos(a) for r, a in zip(radii, angles.tolist(), strict=True)]
+    tips_y = [r * math.sin(a) for r, a in zip(radii, angles.tolist(), strict=True)]
+    scores = offset_scores(base, seed=seed)
+
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.42, 0.58], horizontal_spacing=0.14,
+                        subplot_titles=("pair i of q turned by Δ·θᵢ", "score against offset"))
+    rim = [2 * math.pi * t / 72 for t in range(73)]
+    fig.add_trace(go.Scatter(
+        x=rounded([math.cos(t) for t in rim]), y=rounded([math.sin(t) for t in rim]),
+        mode="lines", line={"color": "#BBBBBB", "width": 1}, hoverinfo="skip",
+        showlegend=False,
+    ), row=1, col=1)
+    hands_x, hands_y = [], []
+    for x, y in zip(tips_x, tips_y, strict=True):
+        hands_x += [0.0, x, None]
+        hands_y += [0.0, y, None]
+    fig.add_trace(go.Scatter(
+        x=rounded(hands_x), y=rounded(hands_y), mode="lines",
+        line={"color": COLORS["main"], "width": 2}, hoverinfo="skip", showlegend=False,
+    ), row=1, col=1)
+    fig.add_trace(go.Scatter(
+        x=rounded(tips_x), y=rounded(tips_y), mode="markers+text",
+        text=[str(i) for i in range(D_EXPLORE // 2)], textposition="top center",
+        marker={"color": COLORS["main"], "size": 7}, showlegend=False,
+        customdata=rounded([[float(a), float(a) / (2 * math.pi)] for a in angles]),
+        hovertemplate="pair %{text}: %{customdata[0]:.3f} rad = %{customdata[1]:.3f} turns"
+                      "<extra></extra>",
+    ), row=1, col=1)
+    offsets = list(range(OFFSET_MAX + 1))
+    fig.add_trace(go.Scatter(
+        x=offsets, y=rounded(scores), mode="lines", name="s(Δ)",
+        line={"color": COLORS["main"]}, showlegend=False,
+        hovertemplate="Δ = %{x}: s = %{y:.3f}<extra></extra>",
+    ), row=1, col=2)
+    fig.add_trace(go.Scatter(
+        x=[0, OFFSET_MAX], y=rounded([scores[0], scores[0]]), mode="lines",
+        line={"color": COLORS["marker"], "dash": "dot", "width": 1}, hoverinfo="skip",
+        showlegend=False,
+    ), row=1, col=2)
+    fig.add_trace(go.Scatter(
+        x=[offset], y=rounded([scores[offset]]), mode="markers",
+        marker={"color": COLORS["reference"], "size": 11, "symbol": "diamond"},
+        showlegend=False, hovertemplate="Δ = %{x}: s = %{y:.3f}<extra>current</extra>",
+    ), row=1, col=2)
+    fig.update_xaxes(range=[-1.15, 1.15], showticklabels=False, zeroline=False, row=1, col=1)
+    fig.update_yaxes(range=[-1.15, 1.15], showticklabels=False, zeroline=False,
+                     scaleanchor="x", scaleratio=1, row=1, col=1)
+    fig.update_xaxes(title_text="offset Δ = m − n", range=[-1, OFFSET_MAX + 1], row=1, col=2)
+    fig.update_yaxes(title_text="⟨q Rₘ, k Rₙ⟩", row=1, col=2)
+    turns0 = float(angles[0]) / (2 * math.pi)
+    last = D_EXPLORE // 2 - 1
+    title = (f"offset Δ = {offset}, base b = {base:,.0f}: score {float(scores[offset]):.3f}"
+             f" (Δ = 0: {float(scores[0]):.3f})<br><sup>pair 0 has turned {turns0:.3f} turns,"
+             f" pair {last} {float(angles[-1]):.4f} rad; dotted line: s(0) = ⟨q, k⟩</sup>")
+    style(fig, title, height=HEIGHT + 20)
+    fig.update_layout(margin={"t": 110})
+    return fig
+
+
+def rotation_table(
+    settings: Sequence[tuple[int, float]] = ROTATION_SETTINGS, *, seed: int = 0
+) -> pd.DataFrame:
+    """The explorer's settings in numbers: turns of pair 0 and of the slowest pair, score.
+
+    Args:
+        settings: ``(offset, base)`` tuples as in :data:`ROTATION_SETTINGS`.
+        seed: seed of the draw.
+
+    Returns:
+        pd.DataFrame: pair 0's turns (3 decimals), the slowest pair's angle in radians
+        (4 significant digits), the score ``s(Δ)`` and ``s(Δ) - s(0)`` (3 decimals),
+        indexed by ``(offset, base)``.
+    """
+    rows = {}
+    for offset, base in settings:
+        base = _check_base(base)
+        theta = rope_frequencies(D_EXPLORE, base=base)
+        scores = offset_scores(base, seed=seed)
+        rows[(offset, f"{base:,.0f}")] = {
+            "pair 0, turns": round(offset * float(theta[0]) / (2 * math.pi), 3),
+            f"pair {D_EXPLORE // 2 - 1}, radians": float(f"{offset * float(theta[-1]):.4g}"),
+            "score s(Δ)": round(float(scores[offset]), 3),
+            "s(Δ) − s(0)": round(float(scores[offset] - scores[0]), 3),
+        }
+    table = pd.DataFrame.from_dict(rows, orient="index")
+    table.index = pd.MultiIndex.from_tuples(table.index, names=["offset Δ", "base b"])
+    return table

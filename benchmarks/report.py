@@ -1,0 +1,324 @@
+"""The benchmarks' results as rows, for run.py's printed table and the book's performance page.
+
+``run.py`` measures and writes a results dictionary (``--out FILE``, or ``--save`` for the
+committed ``benchmarks/results/<device>.json``); this module turns one into words and
+nothing else. It imports only the standard library, so the book build
+(``book/_ext/benchmarks_table.py``) loads it without torch, and the two tables cannot
+disagree: both are made of :func:`rows`.
+
+- :data:`HEADER` and :func:`rows`: one row per measurement, seven text cells each;
+- :func:`notes`: what each benchmark ran and how the ratio reads;
+- :func:`machine_line`: where and when the results were measured;
+- :func:`targets_line`: how many targets were met, and which were missed;
+- :func:`problems` and :func:`load`: the schema of a results file, checked.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+# Bumped when a field is renamed or removed (new fields may be added freely).
+SCHEMA_VERSION = 1
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+HEADER = ("benchmark", "case", "attnlib", "baseline", "ratio", "target", "check")
+
+
+def results_path(device_type: str, folder: Path = RESULTS_DIR) -> Path:
+    """Where ``run.py --save`` writes the results of a device type: ``results/cpu.json``."""
+    return folder / f"{device_type}.json"
+
+
+# ---------------------------------------------------------------------------------------
+# Rows
+# ---------------------------------------------------------------------------------------
+
+
+def _time(s: float) -> str:
+    return f"{s * 1e3:.2f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def _bytes(b: float) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(b) >= size:
+            return f"{b / size:.1f} {unit}"
+    return f"{b:.0f} B"
+
+
+def _tokens(ok: bool) -> str:
+    return "tokens identical" if ok else "TOKENS DIFFER"
+
+
+def _target(results: dict, name: str, **case: int) -> str:
+    """``<= 1.3: met`` (or ``MISSED``) when the target was judged in this run and belongs to
+    this case (``case`` names the sizes the target was set for), else blank."""
+    t = results["targets"].get(name)
+    if t is None or any(t.get(key) != value for key, value in case.items()):
+        return ""
+    goal = f"<= {t['max']:g}" if "max" in t else f">= {t['min']:g}x"
+    return f"{goal}: {'met' if t['met'] else 'MISSED'}"
+
+
+def rows(results: dict) -> list[tuple[str, ...]]:
+    """One row of :data:`HEADER`'s seven cells per measurement, in the order they ran."""
+    out: list[tuple[str, ...]] = []
+    for r in results["attention"]:
+        s = r["seconds"]
+        check = f"max|dY| {r['max_abs_diff']:.1e}"
+        out.append(("attention auto / SDPA", f"N={r['N']}", _time(s["auto"]), _time(s["sdpa"]),
+                    f"{r['auto_over_sdpa']:.2f}x",
+                    _target(results, "attention_auto_over_sdpa", N=r["N"]), check))
+        out.append(("attention explicit / SDPA", f"N={r['N']}", _time(s["explicit"]),
+                    _time(s["sdpa"]), f"{r['explicit_over_sdpa']:.2f}x", "", check))
+    for r in results["decode"]:
+        s = r["seconds"]
+        out.append(("decode: cache vs none", f"{r['new_tokens']} new", _time(s["cache"]),
+                    _time(s["no_cache"]), f"{r['speedup']:.1f}x faster",
+                    _target(results, "decode_speedup", new_tokens=r["new_tokens"]),
+                    _tokens(r["tokens_identical"])))
+    p = results["profile"]
+    c, nc = p["cache"], p["no_cache"]
+    out.append(("decode: cached step, late / early", f"{p['new_tokens']} new",
+                _time(c["last"]), _time(c["first"]), f"{c['last_over_first']:.2f}x",
+                _target(results, "cached_step_flat"), f"no cache: {nc['last_over_first']:.1f}x"))
+    h = results["hf"]
+    per = h["seconds_per_token"]
+    for name, key, label in (("hf_loop", "attnlib_over_hf_loop", "HF loop"),
+                             ("hf_generate", "attnlib_over_hf_generate", "HF generate")):
+        target = _target(results, "attnlib_over_hf") if name == "hf_loop" else ""
+        out.append((f"decode: attnlib / {label}", f"{h['new_tokens']} new",
+                    f"{_time(per['attnlib'])}/tok", f"{_time(per[name])}/tok",
+                    f"{h[key]:.2f}x", target, _tokens(h["tokens_identical"])))
+    m = results["memory"]
+    out.append(("memory: tiled vs explicit", f"N={m['N']}", _bytes(m["extra_bytes"]["tiled"]),
+                _bytes(m["extra_bytes"]["explicit"]), f"{m['ratio']:.0f}x less",
+                _target(results, "memory_ratio"), f"max|dY| {m['max_abs_diff']:.1e}"))
+    return out
+
+
+def notes(results: dict) -> list[str]:
+    """What each benchmark ran, and how its ratio reads."""
+    p, h, m = results["profile"], results["hf"], results["memory"]
+    config = ", ".join(f"{key} {value}" for key, value in h["config"].items())
+    first, last = p["context_first"], p["context_last"]
+    return [
+        "attention: (1, 8, N, 64) float32, no mask; ratio = attnlib time / SDPA time.",
+        f"decode: TinyDecoder ({config}), tied embeddings, {h['prompt_tokens']}-token prompt, "
+        "greedy; cache vs none: ratio = time without cache / time with cache.",
+        f"cached step: median time of one step over the last {p['window']} steps (context "
+        f"{last[0]}-{last[1]}, attnlib column) and the first {p['window']} (context "
+        f"{first[0]}-{first[1]}, baseline column); check: the same ratio without a cache.",
+        f"attnlib / HF: the same weights in LlamaForCausalLM ({h['hf_attn_implementation']} "
+        "attention), time per new token with the prompt included, under inference_mode; "
+        "HF loop = forward with a DynamicCache and logits_to_keep=1, HF generate = "
+        "generate(do_sample=False, use_cache=True).",
+        f"memory: (1, 1, N, 64) float32, block_size {m['block_size']}; {m['method']}.",
+        "times: medians over interleaved repeats.",
+    ]
+
+
+def machine_line(results: dict) -> str:
+    """Where and when: device, CPU, threads, OS, versions and the date (UTC)."""
+    machine = results["machine"]
+    date = datetime.fromisoformat(results["date"]).strftime("%Y-%m-%d %H:%M UTC")
+    gpu = f" ({machine['gpu']})" if machine.get("gpu") else ""
+    return (
+        f"Measured {date} on device {results['device']}{gpu}: {machine['cpu']} "
+        f"({machine['logical_cpus']} logical CPUs, {results['threads']} torch threads), "
+        f"{machine['os']}; Python {results['python']}, torch {results['torch']}, "
+        f"transformers {results['transformers']}, attnlib {results['attnlib']}"
+    )
+
+
+# The row each target is judged on, by the target's name in the results.
+TARGET_ROWS = {
+    "attention_auto_over_sdpa": "attention auto / SDPA",
+    "decode_speedup": "decode: cache vs none",
+    "cached_step_flat": "decode: cached step, late / early",
+    "attnlib_over_hf": "decode: attnlib / HF loop",
+    "memory_ratio": "memory: tiled vs explicit",
+}
+
+
+def targets_line(results: dict) -> str:
+    """``Targets: 4 of 5 met (missed: ...)``; targets are judged on full sizes only."""
+    targets = results["targets"]
+    if not targets:
+        return "Targets: not judged (quick sizes)"
+    missed = [TARGET_ROWS.get(name, name) for name, t in targets.items() if not t["met"]]
+    line = f"Targets: {len(targets) - len(missed)} of {len(targets)} met"
+    return line + (f" (missed: {'; '.join(missed)})" if missed else "")
+
+
+# ---------------------------------------------------------------------------------------
+# The schema of a results file
+# ---------------------------------------------------------------------------------------
+
+
+class Each:
+    """Schema of a mapping whose keys are free and whose values all follow ``spec``."""
+
+    def __init__(self, spec: Any) -> None:
+        self.spec = spec
+
+
+# A schema is a type (float: any finite number, int, str, bool), None, a dict of required
+# keys (more are allowed), a one-item list (a non-empty list of such items), Each(spec), or
+# a tuple of alternatives.
+_SECONDS = {"first": float, "last": float, "last_over_first": float}
+SCHEMA: dict[str, Any] = {
+    "schema": int,
+    "date": str,
+    "device": str,
+    "python": str,
+    "torch": str,
+    "transformers": str,
+    "attnlib": str,
+    "threads": int,
+    "quick": bool,
+    "machine": {"cpu": str, "logical_cpus": int, "os": str, "gpu": (str, None)},
+    "attention": [{
+        "N": int,
+        "seconds": {"sdpa": float, "auto": float, "explicit": float},
+        "auto_over_sdpa": float,
+        "explicit_over_sdpa": float,
+        "max_abs_diff": float,
+        "outputs_agree": bool,
+    }],
+    "decode": [{
+        "new_tokens": int,
+        "seconds": {"cache": float, "no_cache": float},
+        "speedup": float,
+        "tokens_identical": bool,
+    }],
+    "profile": {
+        "new_tokens": int,
+        "window": int,
+        "context_first": [int],
+        "context_last": [int],
+        "cache": _SECONDS,
+        "no_cache": _SECONDS,
+        "tokens_identical": bool,
+    },
+    "hf": {
+        "new_tokens": int,
+        "prompt_tokens": int,
+        "config": Each(int),
+        "hf_attn_implementation": str,
+        "seconds_per_token": {"attnlib": float, "hf_loop": float, "hf_generate": float},
+        "attnlib_over_hf_loop": float,
+        "attnlib_over_hf_generate": float,
+        "tokens_identical": bool,
+    },
+    "memory": {
+        "N": int,
+        "block_size": int,
+        "extra_bytes": {"explicit": int, "tiled": int},
+        "ratio": float,
+        "method": str,
+        "max_abs_diff": float,
+        "outputs_agree": bool,
+    },
+    "targets": Each({"met": bool}),
+    "checks_passed": bool,
+}
+_TYPE_NAMES = {float: "a number", int: "an integer", str: "a string", bool: "true or false"}
+
+
+def _describe(spec: Any) -> str:
+    if isinstance(spec, tuple):
+        return " or ".join(_describe(s) for s in spec)
+    if spec is None:
+        return "null"
+    if isinstance(spec, (dict, Each)):
+        return "an object"
+    if isinstance(spec, list):
+        return "a non-empty list"
+    return _TYPE_NAMES[spec]
+
+
+def _fits(value: Any, spec: type) -> bool:
+    if spec is bool:
+        return isinstance(value, bool)
+    if isinstance(value, bool):  # true is not the integer 1 here
+        return False
+    if spec is float:
+        return isinstance(value, (int, float)) and math.isfinite(value)
+    return isinstance(value, spec)
+
+
+def _check(value: Any, spec: Any, where: str, found: list[str]) -> None:
+    if isinstance(spec, tuple):
+        if not any(not _problems_at(value, s, where) for s in spec):
+            found.append(f"{where}: expected {_describe(spec)}, got {value!r}")
+    elif spec is None:
+        if value is not None:
+            found.append(f"{where}: expected null, got {value!r}")
+    elif isinstance(spec, dict):
+        if not isinstance(value, dict):
+            found.append(f"{where}: expected an object, got {value!r}")
+            return
+        for key, sub in spec.items():
+            if key not in value:
+                found.append(f"{where}: missing field {key!r}")
+            else:
+                _check(value[key], sub, f"{where}.{key}", found)
+    elif isinstance(spec, Each):
+        if not isinstance(value, dict):
+            found.append(f"{where}: expected an object, got {value!r}")
+            return
+        for key, item in value.items():
+            _check(item, spec.spec, f"{where}.{key}", found)
+    elif isinstance(spec, list):
+        if not isinstance(value, list) or not value:
+            found.append(f"{where}: expected a non-empty list, got {value!r}")
+            return
+        for i, item in enumerate(value):
+            _check(item, spec[0], f"{where}[{i}]", found)
+    elif not _fits(value, spec):
+        found.append(f"{where}: expected {_describe(spec)}, got {value!r}")
+
+
+def _problems_at(value: Any, spec: Any, where: str) -> list[str]:
+    found: list[str] = []
+    _check(value, spec, where, found)
+    return found
+
+
+def problems(results: Any) -> list[str]:
+    """What is wrong with a results dictionary, one line each (empty when nothing is)."""
+    found = _problems_at(results, SCHEMA, "results")
+    if found:
+        return found
+    if results["schema"] != SCHEMA_VERSION:
+        found.append(f"results.schema: this run.py writes schema {SCHEMA_VERSION}, the file "
+                      f"has {results['schema']}; run benchmarks/run.py again")
+    try:
+        date = datetime.fromisoformat(results["date"])
+    except ValueError:
+        found.append(f"results.date: expected an ISO 8601 date, got {results['date']!r}")
+    else:
+        if date.utcoffset() is None:
+            found.append(f"results.date: expected a time zone (UTC), got {results['date']!r}")
+    for name, t in results["targets"].items():
+        if not any(_fits(t.get(bound), float) for bound in ("max", "min")):
+            found.append(f"results.targets.{name}: needs a number 'max' or 'min'")
+    return found
+
+
+def load(path: Path) -> dict:
+    """Read and check a results file; ``ValueError`` saying what is wrong where, if anything."""
+    try:
+        results = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path}: not a JSON file ({error})") from None
+    found = problems(results)
+    if found:
+        raise ValueError(f"{path}: not a results file of benchmarks/run.py:\n  "
+                         + "\n  ".join(found))
+    return results

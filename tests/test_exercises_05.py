@@ -1,0 +1,75 @@
+"""Tests for lesson 05's answer checks: right answers computed by hand (the cache formula,
+sums of squares, memory left after the weights), and the hint each kind of wrong answer
+gets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from attnlib_testing import assert_correct, assert_hint
+
+from attnlib import exercises
+
+# 05.1: 2 x 32 layers x 8 KV heads x 128 x 1 byte per token, 16 x 32,768 tokens
+FP8 = 2 * 32 * 8 * 128 * 1 * 16 * 32_768
+# 05.2: sum n^2 / sum n over n = 1..4096 = (2N + 1) / 3
+N = 4096
+RATIO = sum(n * n for n in range(1, N + 1)) / sum(range(1, N + 1))
+# 05.3: Llama 3 8B, 8,030,261,248 weights in bf16; 2 x 32 x 8 x 128 x 2 bytes per token
+PER_TOKEN = 2 * 32 * 8 * 128 * 2
+FITS = (80 * 10**9 - 2 * 8_030_261_248) // PER_TOKEN
+
+
+def test_hand_values():
+    assert FP8 == 34_359_738_368
+    assert RATIO == pytest.approx(2731.0)
+    assert PER_TOKEN == 131_072 and FITS == 487_819
+
+
+@pytest.mark.parametrize(
+    ("label", "answer"),
+    [
+        ("05.1", FP8),
+        ("05.1", float(FP8)),
+        ("05.1", 3.436e10),
+        ("05.1", np.int64(FP8)),
+        ("05.2", RATIO),
+        ("05.2", 2731),
+        ("05.2", torch.tensor(2731.0)),
+        ("05.3", FITS),
+        ("05.3", np.int64(FITS)),
+    ],
+)
+def test_right_answers_are_correct(label, answer, capsys):
+    assert_correct(label, answer, capsys)
+
+
+@pytest.mark.parametrize(
+    ("label", "answer", "hint"),
+    [
+        ("05.1", FP8 // 2, "keys only"),
+        ("05.1", 2 * FP8, "2-byte (bf16)"),
+        ("05.1", FP8 // 16, "one sequence"),
+        ("05.1", 65_536, "a single token"),
+        ("05.1", 32.0, "in GiB"),
+        ("05.1", 34.36, "in GB"),
+        ("05.1", "34 GB", "got a str"),
+        ("05.2", 1 / RATIO, "the inverse"),
+        ("05.2", N, "that is N"),
+        ("05.2", N / 2, "compute them exactly"),
+        ("05.3", (80 * 2**30 - 2 * 8_030_261_248) // PER_TOKEN, "80 GiB"),
+        ("05.3", 80 * 10**9 // PER_TOKEN, "ignores the weights"),
+        ("05.3", (80 * 10**9 - 2 * 8_030_261_248) // (PER_TOKEN // 2), "fp8 cache"),
+        ("05.3", (80 * 10**9 - 2 * 8_030_261_248) // (4 * PER_TOKEN), "all 32 query heads"),
+        ("05.3", FITS + 1, "round the number of tokens down"),
+        ("05.3", 12345, "not quite"),
+        ("05.3", float(FITS), "whole number"),
+    ],
+)
+def test_wrong_answers_get_a_hint(label, answer, hint, capsys):
+    assert_hint(label, answer, hint, capsys)
+
+
+def test_lesson_05_labels_are_registered():
+    assert {"05.1", "05.2", "05.3"} <= set(exercises.labels())

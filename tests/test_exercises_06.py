@@ -1,0 +1,63 @@
+"""Tests for lesson 06's answer checks: right answers computed by hand (products of the
+published shapes, floor division), and the hint each kind of wrong answer gets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from attnlib_testing import assert_correct, assert_hint
+
+from attnlib import exercises
+
+# 06.1: Llama 3 8B, 2 (K and V) x 32 layers x 8 KV heads x 128 x 2 bytes
+CACHE = 2 * 32 * 8 * 128 * 2
+# 06.2: H = 32, G = 8, s = 4; query head 13 reads floor(13 / 4)
+HEAD = 13 // 4
+# 06.3: Llama 3 70B, W_K and W_V each lose d (H - G) d_head = 8192 x 56 x 128 entries
+SAVED = 2 * 8192 * (64 - 8) * 128
+
+
+def test_hand_values():
+    assert CACHE == 131_072
+    assert HEAD == 3
+    assert SAVED == 117_440_512
+
+
+@pytest.mark.parametrize(
+    ("label", "answer"),
+    [
+        ("06.1", CACHE), ("06.1", float(CACHE)), ("06.1", np.int64(CACHE)),
+        ("06.2", HEAD), ("06.2", np.int64(HEAD)), ("06.2", torch.tensor(HEAD)),
+        ("06.3", SAVED), ("06.3", torch.tensor(SAVED)),
+    ],
+)
+def test_right_answers_are_correct(label, answer, capsys):
+    assert_correct(label, answer, capsys)
+
+
+@pytest.mark.parametrize(
+    ("label", "answer", "hint"),
+    [
+        ("06.1", 2 * 32 * 32 * 128 * 2, "one key/value head per query head"),
+        ("06.1", CACHE // 2, "count both K and V"),
+        ("06.1", CACHE // 32, "one layer"),
+        ("06.1", 2 * 8 * 128, "in numbers, not bytes"),
+        ("06.1", "131072", "got a str"),
+        ("06.2", 13 // 8, "divides by G"),
+        ("06.2", 13 % 8, "interleaved"),
+        ("06.2", (13 - 1) // 4 + 1, "mixes conventions"),
+        ("06.2", 3.0, "an int"),
+        ("06.2", 7, "not quite"),
+        ("06.3", SAVED // 2, "one matrix"),
+        ("06.3", 2 * 8192 * 8 * 128, "keep"),
+        ("06.3", SAVED * 80, "all 80 layers"),
+        ("06.3", 2 * SAVED, "W_Q and W_O keep their size"),
+    ],
+)
+def test_wrong_answers_get_a_hint(label, answer, hint, capsys):
+    assert_hint(label, answer, hint, capsys)
+
+
+def test_lesson_06_labels_are_registered():
+    assert {"06.1", "06.2", "06.3"} <= set(exercises.labels())
