@@ -369,23 +369,12 @@ def topk_figure(
         horizontal_spacing=0.14,
         subplot_titles=("relative error of Y", "multiply-adds / full attention"),
     )
-    for col, color, dash, symbol in (
-        ("error, exact top-k", COLORS["main"], "solid", "circle"),
-        ("error, indexer top-k", OKABE_ITO["orange"], "dot", "square"),
-    ):
-        fig.add_trace(
-            go.Scatter(
-                x=x,
-                y=rounded(list(table[col]), 4),
-                mode="lines+markers",
-                name=col.replace("error, ", ""),
-                line={"color": color, "dash": dash, "width": 2},
-                marker={"symbol": symbol, "size": 8},
-                hovertemplate=f"{col}<br>k = %{{x}}<br>%{{y:.4f}}<extra></extra>",
-            ),
-            row=1,
-            col=1,
-        )
+    _error_curves(
+        fig, table, "k",
+        (("error, exact top-k", COLORS["main"], "solid", "circle"),
+         ("error, indexer top-k", OKABE_ITO["orange"], "dot", "square")),
+        rename=("error, ", ""), col=1, marker_size=8,
+    )
     fig.add_trace(
         go.Scatter(
             x=x,
@@ -412,6 +401,36 @@ def topk_figure(
         f"at k = N; dashed: the cost of full attention</sup>",
         bottom=120,
     )
+
+
+def _error_curves(
+    fig: go.Figure,
+    table: pd.DataFrame,
+    x_name: str,
+    looks: Sequence[tuple[str, str, str, str]],
+    *,
+    rename: tuple[str, str],
+    col: int,
+    marker_size: int | None = None,
+) -> None:
+    """One line per column of ``table`` (looks: column, colour, dash, symbol) against its index."""
+    x = list(table.index)
+    for column, color, dash, symbol in looks:
+        marker = {"symbol": symbol} if marker_size is None else {"symbol": symbol,
+                                                                  "size": marker_size}
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=rounded(list(table[column]), 4),
+                mode="lines+markers",
+                name=column.replace(*rename),
+                line={"color": color, "dash": dash, "width": 2},
+                marker=marker,
+                hovertemplate=f"{column}<br>{x_name} = %{{x}}<br>%{{y:.4f}}<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
 
 
 def _log_x(fig: go.Figure, ticks: Sequence[int], title: str, *, col: int) -> None:
@@ -572,23 +591,12 @@ def feature_count_figure(r: int = 16, orthogonal: bool = False, *, seed: int = 0
         col=1,
     )
     rs = list(table.index)
-    for col, color, dash, symbol in (
-        ("error of Y, i.i.d.", COLORS["main"], "solid", "circle"),
-        ("error of Y, orthogonal", OKABE_ITO["bluish green"], "dot", "square"),
-    ):
-        fig.add_trace(
-            go.Scatter(
-                x=rs,
-                y=rounded(list(table[col]), 4),
-                mode="lines+markers",
-                name=col.replace("error of Y, ", "mean error, "),
-                line={"color": color, "dash": dash, "width": 2},
-                marker={"symbol": symbol},
-                hovertemplate=f"{col}<br>r = %{{x}}<br>%{{y:.4f}}<extra></extra>",
-            ),
-            row=1,
-            col=2,
-        )
+    _error_curves(
+        fig, table, "r",
+        (("error of Y, i.i.d.", COLORS["main"], "solid", "circle"),
+         ("error of Y, orthogonal", OKABE_ITO["bluish green"], "dot", "square")),
+        rename=("error of Y, ", "mean error, "), col=2,
+    )
     c = float(table.loc[rs[0], "error of Y, i.i.d."]) * math.sqrt(rs[0])
     fig.add_trace(
         go.Scatter(
