@@ -1,9 +1,10 @@
 """attnlib against Hugging Face's attention modules: ``LlamaAttention`` and ``DeepseekV3Attention``.
 
 Each test builds a tiny random configuration (nothing is downloaded), instantiates the
-Hugging Face module directly, and ports its weights into attnlib. attnlib multiplies from
-the right, so ``W_Q = q_proj.weight.T`` and so on. The outputs must agree to float32
-precision.
+Hugging Face module directly, and ports its weights into attnlib with attnlib's own
+converters, ``attnlib.gqa.from_hf_llama_attention`` and ``attnlib.mla.mla_from_deepseek``
+(attnlib multiplies from the right, so ``W_Q = q_proj.weight.T`` and so on). The outputs
+must agree to float32 precision.
 
 Hugging Face runs its ``"eager"`` attention (an explicit softmax), fed an additive 4-D
 causal mask built here: ``0`` where a query may attend, the most negative float32
@@ -25,13 +26,9 @@ from transformers.models.deepseek_v3.modeling_deepseek_v3 import (
 )
 from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
 
-from attnlib import (
-    GroupedQueryAttention,
-    KVCache,
-    LatentCache,
-    MultiHeadLatentAttention,
-    TinyDecoder,
-)
+from attnlib import GroupedQueryAttention, KVCache, LatentCache, TinyDecoder
+from attnlib.gqa import from_hf_llama_attention
+from attnlib.mla import mla_from_deepseek
 
 # rtol 2e-5 is the target precision. atol covers entries that come out near zero through
 # cancellation: such an entry sums terms of size ~0.1 to 1 with float32 rounding
@@ -97,24 +94,20 @@ def llama(device: torch.device) -> tuple[LlamaConfig, LlamaAttention, LlamaRotar
     return config, hf, LlamaRotaryEmbedding(config).to(device)
 
 
-def port_llama(
-    hf: LlamaAttention, config: LlamaConfig, src: torch.Tensor | None = None
-) -> GroupedQueryAttention:
-    """attnlib GQA with ``hf``'s weights; with ``src``, in the interleaved RoPE layout."""
-    H, G = config.num_attention_heads, config.num_key_value_heads
-    attn = GroupedQueryAttention(
-        config.hidden_size, H, G, config.head_dim, rope_base=ROPE_THETA,
-        rope_interleaved=src is not None, device=hf.q_proj.weight.device,
-    )
-    W_Q, W_K = hf.q_proj.weight.T, hf.k_proj.weight.T  # (d_in, H d_head), (d_in, G d_head)
-    if src is not None:
-        W_Q, W_K = permute_columns(W_Q, H, src), permute_columns(W_K, G, src)
+def port_llama(hf: LlamaAttention, src: torch.Tensor | None = None) -> GroupedQueryAttention:
+    """attnlib GQA with ``hf``'s weights (``from_hf_llama_attention``); with ``src``, in the
+    interleaved RoPE layout, each head's query and key columns reordered by ``src``."""
+    attn = from_hf_llama_attention(hf)
+    if src is None:
+        return attn
+    H, G = attn.n_heads, attn.n_kv_heads
+    interleaved = GroupedQueryAttention(attn.d_in, H, G, attn.d_head, rope_base=attn.rope_base,
+                                        rope_interleaved=True, device=attn.W_Q.device)
+    interleaved.load_state_dict(attn.state_dict())
     with torch.no_grad():
-        attn.W_Q.copy_(W_Q)
-        attn.W_K.copy_(W_K)
-        attn.W_V.copy_(hf.v_proj.weight.T)
-        attn.W_O.copy_(hf.o_proj.weight.T)
-    return attn
+        interleaved.W_Q.copy_(permute_columns(attn.W_Q, H, src))
+        interleaved.W_K.copy_(permute_columns(attn.W_K, G, src))
+    return interleaved
 
 
 def run_hf(
@@ -134,7 +127,7 @@ def run_hf(
 @torch.no_grad()
 def test_llama_attention_half_split(device):
     config, hf, rotary = llama(device)
-    attn = port_llama(hf, config)  # Hugging Face's rotate_half pairs (i, i + d/2)
+    attn = port_llama(hf)  # Hugging Face's rotate_half pairs (i, i + d/2)
     X = torch.randn(BATCH, N_TOKENS, config.hidden_size, device=device)
     Y_hf = run_hf(hf, rotary, X)
     assert_close(attn(X, causal=True), Y_hf, **TOL)
@@ -154,12 +147,12 @@ def test_llama_attention_interleaved_through_the_column_permutation(device):
 
     X = torch.randn(BATCH, N_TOKENS, config.hidden_size, device=device)
     Y_hf = run_hf(hf, rotary, X)
-    assert_close(port_llama(hf, config, src)(X, causal=True), Y_hf, **TOL)
+    assert_close(port_llama(hf, src)(X, causal=True), Y_hf, **TOL)
     # With d = 8 the permutation is not its own inverse: the other direction and the
     # identity both pair the wrong coordinates and miss by far more than the tolerance.
     for wrong in (torch.argsort(src), torch.arange(d)):
         assert not torch.equal(wrong, src)
-        Y_wrong = port_llama(hf, config, wrong)(X, causal=True)
+        Y_wrong = port_llama(hf, wrong)(X, causal=True)
         assert (Y_wrong - Y_hf).abs().max() > 1e3 * TOL["atol"]
 
 
@@ -170,7 +163,7 @@ def test_llama_attention_cached(device, interleaved):
     config, hf, rotary = llama(device)
     assert config.num_key_value_heads < config.num_attention_heads  # grouped, not MHA
     src = half_split_to_interleaved(config.head_dim) if interleaved else None
-    attn = port_llama(hf, config, src)
+    attn = port_llama(hf, src)
     X = torch.randn(BATCH, N_TOKENS, config.hidden_size, device=device)
     hf_cache, cache = DynamicCache(config=config), KVCache()
     pieces = [(0, N_PREFILL)] + [(t, t + 1) for t in range(N_PREFILL, N_TOKENS)]
@@ -211,41 +204,6 @@ def deepseek(
     return config, hf, DeepseekV3RotaryEmbedding(config).to(device)
 
 
-def port_deepseek(hf: DeepseekV3Attention, config: DeepseekV3Config) -> MultiHeadLatentAttention:
-    """attnlib MLA with ``hf``'s weights.
-
-    Hugging Face packs per head ``[nope | rope]`` query columns (``q_proj`` or
-    ``q_b_proj``), ``[L | k_R]`` in ``kv_a_proj_with_mqa`` and per head ``[K | V]``
-    columns in ``kv_b_proj``; attnlib keeps each part in its own matrix.
-    """
-    H, d_L = config.num_attention_heads, config.kv_lora_rank
-    d_head, d_R, d_v = config.qk_nope_head_dim, config.qk_rope_head_dim, config.v_head_dim
-    # DeepSeek's rope_interleave rotates the pairs (2i, 2i + 1) of the projected rotary
-    # part (apply_rotary_pos_emb_interleave); without it, rotate_half's (i, i + d_R/2).
-    mla = MultiHeadLatentAttention(
-        config.hidden_size, H, d_head, d_L, d_latent_q=config.q_lora_rank, d_rope=d_R,
-        d_v=d_v, latent_norm=True, rope_base=ROPE_THETA,
-        rope_interleaved=config.rope_interleave, device=hf.o_proj.weight.device,
-    )
-    q_proj = hf.q_proj if config.q_lora_rank is None else hf.q_b_proj
-    W_q = q_proj.weight.T.reshape(-1, H, d_head + d_R)  # (d_Q, H, d_head + d_R)
-    W_kv_a = hf.kv_a_proj_with_mqa.weight.T  # (d_in, d_L + d_R)
-    W_kv_b = hf.kv_b_proj.weight.T.reshape(d_L, H, d_head + d_v)  # (d_L, H, d_head + d_v)
-    with torch.no_grad():
-        mla.W_LQQ.copy_(W_q[..., :d_head].reshape(-1, H * d_head))
-        mla.W_QR.copy_(W_q[..., d_head:].reshape(-1, H * d_R))
-        if config.q_lora_rank is not None:
-            mla.W_LQ.copy_(hf.q_a_proj.weight.T)
-            mla.g_LQ.copy_(hf.q_a_layernorm.weight)
-        mla.W_L.copy_(W_kv_a[:, :d_L])
-        mla.W_KR.copy_(W_kv_a[:, d_L:])
-        mla.g_L.copy_(hf.kv_a_layernorm.weight)
-        mla.W_LK.copy_(W_kv_b[..., :d_head].reshape(d_L, H * d_head))
-        mla.W_LV.copy_(W_kv_b[..., d_head:].reshape(d_L, H * d_v))
-        mla.W_O.copy_(hf.o_proj.weight.T)
-    return mla
-
-
 Q_LORA = pytest.mark.parametrize("q_lora_rank", [12, None], ids=["q_latent", "no_q_latent"])
 ABSORBED = pytest.mark.parametrize("absorbed", [False, True], ids=["naive", "absorbed"])
 
@@ -256,7 +214,7 @@ ABSORBED = pytest.mark.parametrize("absorbed", [False, True], ids=["naive", "abs
 @torch.no_grad()
 def test_deepseek_v3_attention(device, q_lora_rank, absorbed, rope_interleave):
     config, hf, rotary = deepseek(device, q_lora_rank, rope_interleave)
-    mla = port_deepseek(hf, config)
+    mla = mla_from_deepseek(hf)
     X = torch.randn(BATCH, N_TOKENS, config.hidden_size, device=device)
     assert_close(mla(X, causal=True, absorbed=absorbed), run_hf(hf, rotary, X), **TOL)
 
@@ -267,7 +225,7 @@ def test_deepseek_v3_attention(device, q_lora_rank, absorbed, rope_interleave):
 def test_deepseek_v3_attention_cached(device, q_lora_rank, absorbed):
     """Prefill, then one token at a time: attnlib's LatentCache against a DynamicCache."""
     config, hf, rotary = deepseek(device, q_lora_rank)
-    mla = port_deepseek(hf, config)
+    mla = mla_from_deepseek(hf)
     X = torch.randn(BATCH, N_TOKENS, config.hidden_size, device=device)
     hf_cache, cache = DynamicCache(config=config), LatentCache()
     pieces = [(0, N_PREFILL)] + [(t, t + 1) for t in range(N_PREFILL, N_TOKENS)]
