@@ -21,6 +21,12 @@ PORT ?= 8000
 PDF := $(HTML)/attention-book.pdf
 # Extra flags for `jupyter-book build`; `make test` passes --all for a full rebuild.
 JB_FLAGS ?=
+# A second numeric environment for the checked outputs: PyTorch's portable kernels instead of
+# this CPU's vector units, MKL and oneDNN held to SSE4, and one thread, so kernels and
+# reduction orders differ from the default run. Committed outputs must pass in both.
+PORTABLE := ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
+  MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41
+NBVAL := -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
 .PHONY: help book pdf serve lab execute test clean distclean
 
@@ -84,15 +90,16 @@ test: $(VENV_STAMP) $(NPM_STAMP)
 	$(BIN)/ruff check .
 	@echo "== attnlib tests and book source checks"
 	$(BIN)/python -m pytest tests/ --ignore=tests/book/site
-	@echo "== attnlib docstring examples (doctests)"
+	@echo "== attnlib docstring examples (doctests), then again on portable kernels"
 	$(BIN)/python -m pytest --doctest-modules attnlib
-	@echo "== lessons against their committed outputs (nbval)"
-	$(BIN)/python -m pytest --nbval --nbval-current-env \
-	  --nbval-sanitize-with tests/nbval_sanitize.cfg lessons/
+	$(PORTABLE) $(BIN)/python -m pytest -q --doctest-modules attnlib
+	@echo "== lessons against their committed outputs (nbval), then again on portable kernels"
+	$(BIN)/python $(NBVAL) lessons/
+	$(PORTABLE) $(BIN)/python $(NBVAL) -q lessons/
 	@echo "== book build (full rebuild, warnings are errors)"
 	$(MAKE) book JB_FLAGS=--all
 	BOOK_SITE_REQUIRED=1 $(BIN)/python -m pytest tests/book/site/test_site_build.py
-	@echo "== each lesson alone, as in Colab"
+	@echo "== each lesson alone, at Colab's package versions and at the newest"
 	$(BIN)/python tests/check_lessons_standalone.py
 	@echo "== the PDF edition (single-page build printed by Chromium)"
 	$(MAKE) pdf

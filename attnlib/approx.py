@@ -439,8 +439,10 @@ def performer_attention(
     Equivalent to ``row_normalise(random_feature_kernel(Q, K, Omega)) @ V``.
 
     Example:
-        >>> Q, K, V = torch.randn(4, 8) / 2, torch.randn(6, 8) / 2, torch.randn(6, 2)
-        >>> Omega = gaussian_features(8, 4096, generator=torch.Generator().manual_seed(0))
+        >>> g = torch.Generator().manual_seed(0)
+        >>> Q, K = torch.randn(4, 8, generator=g) / 2, torch.randn(6, 8, generator=g) / 2
+        >>> V = torch.randn(6, 2, generator=g)
+        >>> Omega = gaussian_features(8, 4096, generator=g)
         >>> (performer_attention(Q, K, V, Omega) - attention(Q, K, V)).abs().max() < 0.05
         tensor(True)
 

@@ -645,12 +645,12 @@ def mla_from_deepseek(attn: nn.Module) -> MultiHeadLatentAttention:
     Lesson: 07_mla.
     """
     _check_deepseek(attn)
-    config = attn.config
-    H, d_L, d_LQ = attn.num_heads, attn.kv_lora_rank, attn.q_lora_rank
-    d_head, d_R, d_v = attn.qk_nope_head_dim, attn.qk_rope_head_dim, attn.v_head_dim
+    config = attn.config  # sizes come from the config: module attributes vary by version
+    H, d_L, d_LQ = config.num_attention_heads, config.kv_lora_rank, config.q_lora_rank
+    d_head, d_R, d_v = config.qk_nope_head_dim, config.qk_rope_head_dim, config.v_head_dim
     ref = attn.o_proj.weight
     mla = MultiHeadLatentAttention(
-        attn.hidden_size, H, d_head, d_L, d_latent_q=d_LQ, d_rope=d_R, d_v=d_v,
+        config.hidden_size, H, d_head, d_L, d_latent_q=d_LQ, d_rope=d_R, d_v=d_v,
         latent_norm=True, rope_base=_rope_theta(config),
         rope_interleaved=bool(getattr(config, "rope_interleave", False)),
         device=ref.device, dtype=ref.dtype,
@@ -707,9 +707,13 @@ def _check_cost(spec: object, n_ctx: object, path: object, bytes_per_elem: objec
     check_positive_int("bytes_per_elem", bytes_per_elem)
 
 
-_DEEPSEEK_PARTS = ("config", "num_heads", "hidden_size", "q_lora_rank", "kv_lora_rank",
-                   "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "scaling",
-                   "kv_a_proj_with_mqa", "kv_a_layernorm", "kv_b_proj", "o_proj")
+# What mla_from_deepseek reads: the module's projections, norms and scale, and the sizes of
+# its config. transformers 5.0 (Colab's) keeps fewer size attributes on the module itself
+# than later releases, so the sizes are read from the config alone.
+_DEEPSEEK_PARTS = ("config", "scaling", "kv_a_proj_with_mqa", "kv_a_layernorm", "kv_b_proj",
+                   "o_proj")
+_DEEPSEEK_CONFIG = ("hidden_size", "num_attention_heads", "q_lora_rank", "kv_lora_rank",
+                    "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 
 
 def _rope_theta(config: object) -> float:
@@ -722,17 +726,19 @@ def _rope_theta(config: object) -> float:
 
 def _check_deepseek(attn: object) -> None:
     missing = [name for name in _DEEPSEEK_PARTS if not hasattr(attn, name)]
+    config = getattr(attn, "config", None)
+    missing += [f"config.{name}" for name in _DEEPSEEK_CONFIG if not hasattr(config, name)]
     if not isinstance(attn, nn.Module) or missing:
         raise TypeError(
             "attn must be a Hugging Face DeepseekV3Attention (or DeepseekV2Attention); "
             f"got {type(attn).__name__}, which lacks {missing}"
         )
-    if attn.qk_rope_head_dim < 2:
+    if config.qk_rope_head_dim < 2:
         raise ValueError(
-            f"attn.qk_rope_head_dim must be at least 2; got {attn.qk_rope_head_dim}"
+            f"attn.config.qk_rope_head_dim must be at least 2; got {config.qk_rope_head_dim}"
         )
     linears = [attn.kv_a_proj_with_mqa, attn.kv_b_proj, attn.o_proj,
-               attn.q_proj if attn.q_lora_rank is None else attn.q_a_proj]
+               attn.q_proj if config.q_lora_rank is None else attn.q_a_proj]
     if any(getattr(lin, "bias", None) is not None for lin in linears):
         raise ValueError(
             "attn must have no biases (attnlib's MLA has none); got a config with "
@@ -740,7 +746,7 @@ def _check_deepseek(attn: object) -> None:
         )
     rope = getattr(attn.config, "rope_parameters", None) or {}
     rope_type = rope.get("rope_type", rope.get("type", "default"))
-    plain = 1.0 / math.sqrt(attn.qk_nope_head_dim + attn.qk_rope_head_dim)
+    plain = 1.0 / math.sqrt(config.qk_nope_head_dim + config.qk_rope_head_dim)
     if rope_type != "default" or not math.isclose(attn.scaling, plain, rel_tol=1e-9):
         raise ValueError(
             "attn must use plain RoPE and the scale 1/sqrt(d_head + d_R) = "

@@ -2,16 +2,26 @@
 
 For each lesson: copy the notebook alone into an empty temporary folder, then execute it top to
 bottom with nbclient, in a kernel whose Python has attnlib installed from a wheel of this
-repository plus what Colab ships (torch, numpy, pandas, plotly, ipywidgets, a Jupyter
-kernel), with the temporary folder as working directory, no PYTHONPATH and no user or
+repository plus what Colab ships (torch, numpy, pandas, plotly, ipywidgets, a Jupyter kernel,
+transformers), with the temporary folder as working directory, no PYTHONPATH and no user or
 IPython configuration. A lesson that reads a repository file, or relies on anything attnlib
-does not install, fails here. attnlib's own dependencies (pyproject.toml) must all be among
-what Colab ships: `pip check` in the environment fails otherwise, naming the package.
+does not install, fails here. After its last cell, every control of every live explorer the
+lesson built is moved once and must redraw its figure.
 
-The environment lives in _build/standalone-venv and is rebuilt only when the pins change
-(pip's cache makes that fast); attnlib is rebuilt and reinstalled on every run.
+Both ends of the supported range of versions are tested, each in its own environment:
 
-Usage: python tests/check_lessons_standalone.py [lessons/NN_slug.ipynb ...]
+- ``colab``: the versions of Colab's own runtime (``tests/colab-constraints.txt``); there the
+  lesson's setup cell must change nothing: ``pip install`` of attnlib's wheel, with its
+  dependencies, would install attnlib alone;
+- ``newest``: the versions ``requirements.txt`` pins for the book's own environment.
+
+In both, attnlib's dependencies (pyproject.toml) must all be among what the environment
+holds: ``pip check`` fails otherwise, naming the package.
+
+The environments live in ``_build/standalone-<name>`` and are rebuilt only when their pins
+change (pip's cache makes that fast); attnlib is rebuilt and reinstalled on every run.
+
+Usage: python tests/check_lessons_standalone.py [--env colab|newest] [lessons/NN_slug.ipynb ...]
 """
 
 from __future__ import annotations
@@ -29,12 +39,32 @@ from importlib import metadata
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-VENV_DIR = REPO / "_build" / "standalone-venv"
-# What Colab ships that attnlib and the lessons use, at the versions requirements.txt pins...
-COLAB_PACKAGES = ("torch", "numpy", "pandas", "plotly", "ipywidgets", "ipykernel")
+COLAB_CONSTRAINTS = REPO / "tests" / "colab-constraints.txt"
+# What Colab ships that attnlib and the lessons use; the newest environment takes these
+# packages at the versions requirements.txt pins.
+COLAB_PACKAGES = ("torch", "numpy", "pandas", "plotly", "ipywidgets", "ipykernel", "transformers")
 # ...and the executor, at the versions installed next to this script.
 RUNNER_PACKAGES = ("nbclient", "nbformat")
 CELL_TIMEOUT_S = 300
+
+# Appended to the lesson for the run (the lesson file is not changed): every control of every
+# live explorer on the page is moved to another value, which must redraw the figure.
+EXPLORER_CHECK = """
+import ipywidgets as _widgets
+import attnlib.viz.explore as _explore
+
+_shown = []
+_explore.display = lambda obj, **kw: _shown.append(obj)
+_moved = 0
+for _box in [v for v in Out.values() if isinstance(v, _widgets.VBox)]:
+    for _control in _box.children[0].children:
+        _start, _count = _control.value, len(_shown)
+        _control.value = next(o for o in _control.options if o != _start)
+        assert len(_shown) == _count + 1, f"control {_control.description!r} did not redraw"
+        _control.value = _start
+        _moved += 1
+print(f"explorer controls redrawn: {_moved}")
+"""
 
 RUNNER = """
 import sys
@@ -49,22 +79,37 @@ import nbformat
 nbclient.output_widget.OutputWidget.sync_state = lambda self: None
 
 notebook = nbformat.read(sys.argv[1], as_version=4)
+notebook.cells.append(nbformat.v4.new_code_cell(sys.argv[3]))
 nbclient.NotebookClient(
     notebook, timeout=int(sys.argv[2]), kernel_name="python3", allow_errors=False
 ).execute()
+print("".join(o.get("text", "") for o in notebook.cells[-1].outputs).strip())
 """
 
 
-def _pins() -> list[str]:
+def _read_pins(path: Path) -> dict[str, str]:
+    """``name -> version`` of every ``name==version`` line of a requirements file."""
     pinned = {}
-    for line in (REPO / "requirements.txt").read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8").splitlines():
         match = re.match(r"^([A-Za-z0-9_.-]+)==(\S+)", line.strip())
         if match:
             pinned[match[1].lower()] = match[2]
+    return pinned
+
+
+def _pins(env: str) -> list[str]:
+    """The packages of environment ``env``, then the executor's."""
+    if env == "colab":
+        pinned = _read_pins(COLAB_CONSTRAINTS)
+        names = list(pinned)
+    else:
+        pinned = _read_pins(REPO / "requirements.txt")
+        names = list(COLAB_PACKAGES)
     missing = [name for name in COLAB_PACKAGES if name not in pinned]
     if missing:
-        raise SystemExit(f"requirements.txt pins no exact version of {missing}")
-    pins = [f"{name}=={pinned[name]}" for name in COLAB_PACKAGES]
+        source = COLAB_CONSTRAINTS.name if env == "colab" else "requirements.txt"
+        raise SystemExit(f"{source} pins no exact version of {missing}")
+    pins = [f"{name}=={pinned[name]}" for name in names]
     pins += [f"{name}=={metadata.version(name)}" for name in RUNNER_PACKAGES]
     return pins
 
@@ -73,34 +118,60 @@ def _python(venv_dir: Path) -> Path:
     return venv_dir / "bin" / "python"
 
 
-def _ensure_venv(pins: list[str]) -> Path:
-    """The cached environment with Colab's packages, rebuilt when the pins change."""
-    stamp = VENV_DIR / "pins.txt"
+def _ensure_venv(env: str, pins: list[str]) -> Path:
+    """The cached environment ``env``, rebuilt when its pins change."""
+    venv_dir = REPO / "_build" / f"standalone-{env}"
+    stamp = venv_dir / "pins.txt"
     wanted = "\n".join([sys.version, *pins]) + "\n"
     if stamp.is_file() and stamp.read_text(encoding="utf-8") == wanted:
-        return _python(VENV_DIR)
-    print(f"creating {VENV_DIR.relative_to(REPO)} with {', '.join(pins)}", flush=True)
-    venv.EnvBuilder(with_pip=True, clear=True).create(VENV_DIR)
+        return _python(venv_dir)
+    print(f"creating {venv_dir.relative_to(REPO)} with {', '.join(pins)}", flush=True)
+    venv.EnvBuilder(with_pip=True, clear=True).create(venv_dir)
     subprocess.run(
-        [_python(VENV_DIR), "-m", "pip", "install", "--quiet", *pins], check=True
+        [_python(venv_dir), "-m", "pip", "install", "--quiet", *pins], check=True
     )
     stamp.write_text(wanted, encoding="utf-8")
-    return _python(VENV_DIR)
+    return _python(venv_dir)
 
 
-def _install_attnlib(python: Path, workdir: Path) -> None:
-    """Build a wheel of the repository and install it (not editable) into the venv.
-
-    The wheel goes in without its dependencies, so nothing is fetched; `pip check` then
-    fails when pyproject.toml asks for a package (or a version) that the environment, that
-    is Colab's packages, does not provide.
-    """
+def _build_wheel(workdir: Path) -> Path:
     wheels = workdir / "wheels"
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", wheels, REPO],
         check=True,
     )
     (wheel,) = wheels.glob("attnlib-*.whl")
+    return wheel
+
+
+def setup_cell_changes(python: Path, wheel: Path, workdir: Path) -> list[str]:
+    """What installing attnlib with its dependencies would change besides attnlib itself.
+
+    That is what a lesson's setup cell does in Colab (``%pip install "attnlib @ git+..."``):
+    pip resolves attnlib's dependencies against the packages already there. The dry run
+    (attnlib uninstalled first) lists every package pip would install or upgrade.
+    """
+    pip = [python, "-m", "pip"]
+    subprocess.run([*pip, "uninstall", "--quiet", "--yes", "attnlib"], check=False,
+                   capture_output=True)
+    report = workdir / "dry-run.json"
+    subprocess.run(
+        [*pip, "install", "--quiet", "--dry-run", "--report", report, wheel], check=True
+    )
+    planned = json.loads(report.read_text(encoding="utf-8"))["install"]
+    return [
+        f"{item['metadata']['name']}=={item['metadata']['version']}"
+        for item in planned
+        if item["metadata"]["name"].lower() != "attnlib"
+    ]
+
+
+def _install_attnlib(python: Path, wheel: Path) -> None:
+    """Install the wheel (not editable) without its dependencies, then ``pip check``.
+
+    Nothing is fetched; ``pip check`` fails when pyproject.toml asks for a package (or a
+    version) that the environment does not provide.
+    """
     subprocess.run(
         [python, "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall", wheel],
         check=True,
@@ -145,8 +216,8 @@ def _write_kernel_spec(python: Path, home: Path) -> None:
     (spec_dir / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
 
 
-def check_lesson(python: Path, lesson: Path) -> str | None:
-    """Run one lesson alone; return None when it ran top to bottom, else the error."""
+def check_lesson(python: Path, lesson: Path) -> tuple[bool, str]:
+    """Run one lesson alone: ``(True, what the explorer check printed)`` or ``(False, error)``."""
     with tempfile.TemporaryDirectory(prefix="lesson-") as tmp:
         folder = Path(tmp) / "work"
         home = Path(tmp) / "home"
@@ -159,19 +230,44 @@ def check_lesson(python: Path, lesson: Path) -> str | None:
             [python, "-c", "import attnlib; print(attnlib.__file__)"],
             cwd=folder, env=env, capture_output=True, text=True, check=True,
         ).stdout.strip()
-        if not Path(where).is_relative_to(VENV_DIR):
-            return f"attnlib was imported from {where}, not from the standalone venv"
+        if not Path(where).is_relative_to(python.parents[1]):
+            return False, f"attnlib was imported from {where}, not from the standalone venv"
         result = subprocess.run(
-            [python, "-c", RUNNER, lesson.name, str(CELL_TIMEOUT_S)],
+            [python, "-c", RUNNER, lesson.name, str(CELL_TIMEOUT_S), EXPLORER_CHECK],
             cwd=folder, env=env, capture_output=True, text=True,
         )
         if result.returncode != 0:
-            return (result.stdout + result.stderr).strip()[-4000:]
-    return None
+            return False, (result.stdout + result.stderr).strip()[-4000:]
+    return True, result.stdout.strip().splitlines()[-1]
+
+
+def check_environment(env: str, lessons: list[Path]) -> int:
+    """Every lesson in environment ``env``; the number that failed."""
+    python = _ensure_venv(env, _pins(env))
+    with tempfile.TemporaryDirectory(prefix="attnlib-wheel-") as tmp:
+        wheel = _build_wheel(Path(tmp))
+        changes = setup_cell_changes(python, wheel, Path(tmp))
+        if env == "colab" and changes:
+            print(f"[{env}] the setup cell would change Colab's packages: "
+                  f"{', '.join(changes)}; relax attnlib's requirements in pyproject.toml")
+            return len(lessons)
+        _install_attnlib(python, wheel)
+    print(f"[{env}] the setup cell would install attnlib and "
+          f"{', '.join(changes) if changes else 'nothing else'}", flush=True)
+    failed = 0
+    for lesson in lessons:
+        ok, said = check_lesson(python, lesson)
+        print(f"[{env}] {lesson.name}: {'ok, ' + said if ok else 'FAILED'}", flush=True)
+        if not ok:
+            failed += 1
+            print(said, flush=True)
+    return failed
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", choices=("colab", "newest"), action="append",
+                        help="the environment(s) to use; default: both")
     parser.add_argument("lessons", nargs="*", type=Path)
     args = parser.parse_args()
     lessons = [path.resolve() for path in args.lessons] or sorted(
@@ -180,18 +276,11 @@ def main() -> int:
     if not lessons:
         print("no lesson to check in lessons/")
         return 1
-    python = _ensure_venv(_pins())
-    with tempfile.TemporaryDirectory(prefix="attnlib-wheel-") as tmp:
-        _install_attnlib(python, Path(tmp))
-    failed = 0
-    for lesson in lessons:
-        error = check_lesson(python, lesson)
-        status = "ok" if error is None else "FAILED"
-        print(f"{lesson.name}: {status}", flush=True)
-        if error is not None:
-            failed += 1
-            print(error, flush=True)
-    print(f"standalone lessons: {len(lessons) - failed} passed, {failed} failed")
+    envs = args.env or ["colab", "newest"]
+    failed = sum(check_environment(env, lessons) for env in envs)
+    runs = len(lessons) * len(envs)
+    print(f"standalone lessons: {runs - failed} passed, {failed} failed "
+          f"({len(lessons)} lessons in {' and '.join(envs)})")
     return 1 if failed else 0
 
 

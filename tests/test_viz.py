@@ -193,23 +193,31 @@ def test_explorer_rejects_bad_controls(kwargs, words):
         viz.explorer(_line, **kwargs)
 
 
-def test_explorer_under_colab_loads_plotly_once_and_renders_html(monkeypatch):
-    """googlecolab/colabtools#5889: a figure inside an Output needs plotly.js in the cell."""
+def test_explorer_under_colab_loads_plotly_where_the_box_is_shown(monkeypatch):
+    """googlecolab/colabtools#5889: a figure inside an Output needs plotly.js in the cell
+    that shows the box, which may be a later cell than the one that built it."""
     google = types.ModuleType("google")
     colab = types.ModuleType("google.colab")
     google.colab = colab
     monkeypatch.setitem(sys.modules, "google", google)
     monkeypatch.setitem(sys.modules, "google.colab", colab)
     shown = []
-    monkeypatch.setattr(explore, "display", shown.append)
+    monkeypatch.setattr(explore, "display", lambda obj, **kw: shown.append(obj))
 
     box = viz.explorer(_line, slope=[1, 2])
-    box.children[0].children[0].value = 2
-    html = [s.data for s in shown]
-    assert all(isinstance(s, explore.HTML) for s in shown) and len(html) == 3
-    loader, first, second = html
     bundle = get_plotlyjs()
-    assert loader == f'<script type="text/javascript">{bundle}</script>'  # inline, no CDN
+    loader = f'<script type="text/javascript">{bundle}</script>'  # inline, no CDN
+    assert [s.data for s in shown if s.data == loader] == []  # nothing loaded before display
+    box._ipython_display_()  # the box shown in some cell: plotly.js goes into that one
+    box.children[0].children[0].value = 2
+    box._ipython_display_()  # shown again in a later cell: loaded there too
+    html = [s.data for s in shown if isinstance(s, explore.HTML)]
+    assert all(isinstance(s, (explore.HTML, dict)) for s in shown) and len(html) == 4
+    first, loaded, second, loaded_again = html
+    assert loaded == loaded_again == loader
+    widget_views = [s for s in shown if isinstance(s, dict)]
+    assert len(widget_views) == 2  # the box itself follows each loader
+    assert all("application/vnd.jupyter.widget-view+json" in v for v in widget_views)
     for update, slope in ((first, 1), (second, 2)):
         assert bundle[:2000] not in update  # include_plotlyjs=False
         assert "<script src" not in update and "cdn.plot.ly" not in update

@@ -21,9 +21,10 @@ appear.
 Colab. A plotly figure displayed inside an ipywidgets ``Output`` stays blank in Colab
 ("Plotly is not defined", googlecolab/colabtools issue 5889): each Colab cell output is
 its own frame, and the plotly.js that the figure expects is not loaded there. Under
-Colab the explorer therefore writes plotly.js once into its own cell output (inline,
-from the copy bundled with the plotly package; no network request) and renders every
-update as HTML that reuses it (``include_plotlyjs=False``).
+Colab the explorer's box therefore writes plotly.js into the cell output where it is
+displayed (inline, from the copy bundled with the plotly package; no network request),
+each time it is displayed, so a box shown in a later cell draws too; every update is HTML
+that reuses it (``include_plotlyjs=False``).
 
 Lesson: every explorer (first used in 00_tokens_and_embeddings).
 """
@@ -182,8 +183,8 @@ def explorer(
     a ``Dropdown`` (anything else) over those values; any other value is passed to
     ``figure_fn`` unchanged. The controls drive ``figure_fn`` through
     ``ipywidgets.interactive_output``, which Jupyter and Colab both run without a custom
-    widget manager. Under Colab the figure is drawn as HTML, with plotly.js loaded once
-    into the cell output (see the module docstring).
+    widget manager. Under Colab the figure is drawn as HTML, with plotly.js written into
+    the cell output where the box is displayed (see the module docstring).
 
     Args:
         figure_fn: keyword parameters -> ``go.Figure``.
@@ -232,8 +233,6 @@ def explorer(
             sliders[name] = widgets.Dropdown(**common)
 
     colab = _in_colab()
-    if colab:
-        display(HTML(_plotly_loader()))  # once, into this cell's output
 
     def show(**setting) -> None:
         fig = _call(figure_fn, {**fixed, **setting})
@@ -243,7 +242,25 @@ def explorer(
             display(fig)
 
     out = widgets.interactive_output(show, sliders)
-    return widgets.VBox([widgets.HBox(list(sliders.values())), out])
+    box = _ColabBox if colab else widgets.VBox
+    return box([widgets.HBox(list(sliders.values())), out])
+
+
+class _ColabBox(widgets.VBox):
+    """A ``VBox`` that writes plotly.js into the cell output wherever it is displayed.
+
+    Colab gives every cell output a frame of its own, so plotly.js must be in the frame
+    that shows the figures: the one where the box is displayed, which need not be the
+    cell that built it.
+    """
+
+    def _ipython_display_(self, **kwargs) -> None:
+        display(HTML(_plotly_loader()))
+        parent = getattr(super(), "_ipython_display_", None)
+        if parent is not None:  # ipywidgets 7 displays widgets through this hook
+            parent(**kwargs)
+        else:  # ipywidgets 8: through the mime bundle
+            display(self._repr_mimebundle_(**kwargs), raw=True)
 
 
 def _param_names(param: object) -> tuple[str, ...]:

@@ -313,9 +313,13 @@ def _variances(
     norm: str, n_layers: int, d_model: int, n_heads: int, n_tokens: int, batch: int,
     weight_scale: float, seed: int,
 ) -> tuple[float, ...]:
+    # float64: after dozens of blocks, float32 rounding differs in the fourth digit from one
+    # CPU to another (and explodes with the weight scale); float64 keeps every printed digit.
     with seeded(seed):
-        blocks = [TransformerBlock(d_model, n_heads, norm=norm) for _ in range(n_layers)]
-    x = torch.randn(batch, n_tokens, d_model, generator=torch.Generator().manual_seed(seed))
+        blocks = [TransformerBlock(d_model, n_heads, norm=norm, dtype=torch.float64)
+                  for _ in range(n_layers)]
+    x = torch.randn(batch, n_tokens, d_model, generator=torch.Generator().manual_seed(seed),
+                    dtype=torch.float64)
     out = [float(x.var())]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tensors this small run faster without a thread pool
@@ -351,7 +355,7 @@ def residual_variances(
     ``W_*`` is multiplied by it, a stand-in for weights that grow during training. The
     input ``x`` has i.i.d. standard normal entries, ``(batch, n_tokens, d_model)``, drawn
     from ``torch.Generator().manual_seed(seed)``; each block is applied with
-    ``causal=True``, in float32 on the CPU.
+    ``causal=True``, in float64 on the CPU (so every CPU prints the same digits).
 
     Args:
         norm: one of :data:`PLACEMENTS`.
@@ -395,7 +399,7 @@ def norm_variance_table(
     for depth in depths:
         if not 0 <= check_nonnegative_int("depths[...]", depth) <= n_layers:
             raise ValueError(f"depths must lie in [0, n_layers={n_layers}]; got {depth}")
-    table = pd.DataFrame({f"{norm}-LN": [float(f"{runs[norm][k]:.3g}") for k in depths]
+    table = pd.DataFrame({f"{norm}-LN": rounded([runs[norm][k] for k in depths], digits=3)
                           for norm in PLACEMENTS}, index=list(depths))
     return table.rename_axis("blocks applied")
 
@@ -418,7 +422,7 @@ def weight_scale_table(
     for c in scales:
         finals = {norm: residual_variances(norm, n_layers=n_layers, weight_scale=c, seed=seed)[-1]
                   for norm in PLACEMENTS}
-        rows[c] = {f"{norm}-LN": float(f"{v:.3g}") for norm, v in finals.items()}
+        rows[c] = {f"{norm}-LN": rounded(v, digits=3) for norm, v in finals.items()}
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("weight scale")
 
 
@@ -428,7 +432,9 @@ def norm_variance_figure(
     """Left: variance of the residual stream against depth, at initialisation.
     Right: the variance after ``n_layers`` blocks against the weight scale.
 
-    Both panels use :func:`residual_variances`; both y axes are logarithmic. The left
+    Both panels use :func:`residual_variances`, kept to 3 significant digits: with large
+    weights the softmax saturates and near-ties between keys make the fourth digit differ
+    from CPU to CPU, even in float64. Both y axes are logarithmic. The left
     panel marks each placement's final variance; colour, dash and marker symbol all tell
     the placements apart.
 
@@ -448,7 +454,7 @@ def norm_variance_figure(
         name = f"{norm}-LN"
         line = {"color": look["color"], "dash": look["dash"], "width": 2}
         fig.add_trace(go.Scatter(
-            x=list(range(n_layers + 1)), y=rounded(v, 4), mode="lines+markers", name=name,
+            x=list(range(n_layers + 1)), y=rounded(v, digits=3), mode="lines+markers", name=name,
             legendgroup=norm, line=line, marker={"symbol": look["symbol"], "size": 6},
             hovertemplate=f"{name}<br>blocks %{{x}}<br>variance %{{y:.4g}}<extra></extra>",
         ), row=1, col=1)
@@ -459,7 +465,7 @@ def norm_variance_figure(
         finals = [residual_variances(norm, n_layers=n_layers, weight_scale=c, seed=seed)[-1]
                   for c in scales]
         fig.add_trace(go.Scatter(
-            x=list(scales), y=rounded(finals, 4), mode="lines+markers", name=name,
+            x=list(scales), y=rounded(finals, digits=3), mode="lines+markers", name=name,
             legendgroup=norm, showlegend=False, line=line,
             marker={"symbol": look["symbol"], "size": 8},
             hovertemplate=f"{name}<br>c = %{{x}}<br>variance %{{y:.4g}}<extra></extra>",
