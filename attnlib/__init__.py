@@ -16,6 +16,8 @@ Modules, one concept each (the chapter that explains it in brackets):
 - ``norms``      LayerNorm and RMSNorm                                   (04)
 - ``layers``     feed-forward, transformer blocks, ``TinyDecoder``        (04, 05)
 - ``memory``     cache byte accounting and published model presets       (00, 05, 06, 07)
+- ``costs``      multiply-adds of decoding, MLA's decoding paths          (01, 05, 07)
+- ``convert``    weights from Hugging Face's Llama and DeepSeek attention (06, 07)
 - ``flash``      exact tiled attention with an online softmax            (09)
 - ``tokens``     toy tokenizers and the embedding lookup                 (00)
 - ``examples``   the lessons' fixed examples (toy database, toy layer)   (01, 03)
@@ -34,8 +36,9 @@ Example:
             [1, 1, 1]], dtype=torch.int32)
 """
 
-# lesson 00's tokens, the lessons' examples, lesson 09's approx and gates: attnlib.tokens, ...
-from attnlib import approx, examples, gates, tokens  # noqa: F401
+# reachable as attnlib.tokens, ...: lesson 00's tokens, the lessons' examples, the cost
+# accounting, the Hugging Face converters, lesson 09's approx and gates
+from attnlib import approx, convert, costs, examples, gates, tokens  # noqa: F401
 from attnlib.cache import KVCache, LatentCache
 from attnlib.core import KERNELS, attention, attention_weights, row_normalise, similarity
 from attnlib.device import default_device

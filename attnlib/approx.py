@@ -41,7 +41,7 @@ from attnlib._checks import (
     nested_call,
 )
 from attnlib.core import attention
-from attnlib.masks import causal_mask
+from attnlib.masks import causal_mask, query_positions
 
 __all__ = [
     "LinearAttentionState",
@@ -250,7 +250,7 @@ def _linear_from_features(
     else:
         KV = torch.cumsum(phi_K.unsqueeze(-1) * V.unsqueeze(-2), dim=-3)  # (..., N_KV, r, d_V)
         z = torch.cumsum(phi_K, dim=-2)  # (..., N_KV, r)
-        last = torch.arange(n_q, device=phi_Q.device) + (n_kv - n_q)  # last visible key per query
+        last = query_positions(n_q, n_kv, device=phi_Q.device)  # last visible key per query
         seen = (last >= 0)[:, None]  # (N_Q, 1): does query i see any key?
         last = last.clamp(min=0)
         num = (phi_Q.unsqueeze(-2) @ KV[..., last, :, :]).squeeze(-2)  # (..., N_Q, d_V)

@@ -11,9 +11,8 @@ earlier token. Those never change, so they are computed once and kept:
 * :class:`LatentCache` keeps MLA's shared latent ``L = X W_L`` (``d_L`` numbers) and, with
   decoupled RoPE, the one rotated key ``k_R`` (``d_R`` numbers) per token and layer.
 
-What the cache saves is arithmetic. :func:`decode_step_macs` counts the multiply-adds of one
-decoder forward pass and :func:`generation_macs` those of every step of a greedy
-generation, with and without a cache.
+What the cache saves is arithmetic; :mod:`attnlib.costs` counts it
+(:func:`attnlib.costs.decode_step_macs`, :func:`attnlib.costs.generation_macs`).
 
 Queries are never cached: each is used once, by the step that made it. Feeding a sequence
 through a module in pieces with a cache gives the same outputs as one causal call over
@@ -25,21 +24,9 @@ from __future__ import annotations
 
 import torch
 
-from attnlib._checks import (
-    check_bool,
-    check_choice,
-    check_nonnegative_int,
-    check_positive_int,
-    check_tensor,
-)
+from attnlib._checks import check_positive_int, check_tensor
 
-__all__ = [
-    "KVCache",
-    "LatentCache",
-    "StaticKVCache",
-    "decode_step_macs",
-    "generation_macs",
-]
+__all__ = ["KVCache", "LatentCache", "StaticKVCache"]
 
 
 def _append(name: str, held: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor:
@@ -287,113 +274,3 @@ class LatentCache:
     def __repr__(self) -> str:
         shape = None if self.L is None else tuple(self.L.shape)
         return f"LatentCache(n_tokens={self.n_tokens}, L_shape={shape}, nbytes={self.nbytes})"
-
-
-FFN_MATRICES: dict[str, int] = {"swiglu": 3, "gelu": 2, "relu": 2}
-"""Weight matrices of ``d x d_ff`` entries in each kind of feed-forward network."""
-
-
-def decode_step_macs(
-    n_q: int,
-    n_kv: int,
-    *,
-    n_layers: int,
-    d_model: int,
-    n_heads: int,
-    n_kv_heads: int,
-    d_head: int,
-    d_ff: int,
-    vocab_size: int,
-    ffn: str = "swiglu",
-) -> dict[str, int]:
-    """Multiply-adds of the matrix products of one decoder pass: ``N_Q`` rows, ``N_KV`` keys.
-
-    Per layer, with ``m`` matrices in the feed-forward network (3 for SwiGLU)::
-
-        attention   = 2 · H · N_Q · N_KV · d_head           # Q K^T, then P V (dense)
-        projections = N_Q · d · (H + 2G) · d_head + N_Q · H · d_head · d   # W_Q W_K W_V, W_O
-        ffn         = N_Q · m · d · d_ff
-
-    and once at the end the output head, ``N_Q · d · N_T``. The attention term counts
-    every (query, key) pair, masked or not, as a dense kernel computes them; elementwise
-    work (norms, RoPE, softmax, activations) is not counted.
-
-    Args:
-        n_q: ``N_Q``, rows fed through the model in this pass.
-        n_kv: ``N_KV``, keys each row is scored against (cached tokens plus new ones).
-        n_layers: ``N_L``.
-        d_model: ``d``.
-        n_heads: ``H``.
-        n_kv_heads: ``G``.
-        d_head: width of one head.
-        d_ff: hidden width of the feed-forward network.
-        vocab_size: ``N_T``, columns of the output head.
-        ffn: ``"swiglu"``, ``"gelu"`` or ``"relu"``.
-
-    Returns:
-        dict[str, int]: ``"attention"`` (all layers) and ``"other"`` (projections,
-        feed-forward networks and output head).
-
-    Example:
-        One new token against 99 cached ones in a 2-layer model of width 32:
-
-        >>> decode_step_macs(1, 100, n_layers=2, d_model=32, n_heads=4, n_kv_heads=4,
-        ...                  d_head=8, d_ff=128, vocab_size=64)
-        {'attention': 12800, 'other': 34816}
-
-    Lesson: 05_kv_cache.
-    """
-    for name, value in (("n_q", n_q), ("n_kv", n_kv), ("n_layers", n_layers),
-                        ("d_model", d_model), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads),
-                        ("d_head", d_head), ("d_ff", d_ff), ("vocab_size", vocab_size)):
-        check_positive_int(name, value)
-    check_choice("ffn", ffn, list(FFN_MATRICES))
-    attention = 2 * n_heads * n_q * n_kv * d_head  # logits and weighted average
-    projections = n_q * d_model * (n_heads + 2 * n_kv_heads) * d_head  # W_Q, W_K, W_V
-    projections += n_q * n_heads * d_head * d_model  # W_O
-    feed_forward = n_q * FFN_MATRICES[ffn] * d_model * d_ff
-    head = n_q * d_model * vocab_size
-    return {"attention": n_layers * attention,
-            "other": n_layers * (projections + feed_forward) + head}
-
-
-def generation_macs(
-    n_prompt: int, n_new: int, *, use_cache: bool, **shape: int | str
-) -> list[dict[str, int]]:
-    """:func:`decode_step_macs` of every pass of a greedy generation of ``n_new`` tokens.
-
-    The schedule is :meth:`attnlib.TinyDecoder.generate`'s: pass ``t`` (``t = 0 ..
-    n_new - 1``) produces token ``n_prompt + t``. Without a cache it feeds the whole
-    sequence so far, ``N_Q = N_KV = n_prompt + t``; with a cache, pass 0 feeds the prompt
-    (the prefill, ``N_Q = N_KV = n_prompt``) and pass ``t >= 1`` feeds one token against
-    ``N_KV = n_prompt + t`` keys.
-
-    Args:
-        n_prompt: tokens in the prompt (>= 1).
-        n_new: tokens generated (>= 0).
-        use_cache: whether the passes reuse cached keys and values.
-        **shape: the keyword arguments of :func:`decode_step_macs` but ``n_q`` and
-            ``n_kv``.
-
-    Returns:
-        list[dict[str, int]]: one count per pass, in order.
-
-    Example:
-        >>> shape = dict(n_layers=1, d_model=8, n_heads=1, n_kv_heads=1, d_head=8,
-        ...              d_ff=8, vocab_size=8)
-        >>> [s["attention"] for s in generation_macs(2, 3, use_cache=False, **shape)]
-        [64, 144, 256]
-        >>> [s["attention"] for s in generation_macs(2, 3, use_cache=True, **shape)]
-        [64, 48, 64]
-
-    Lesson: 05_kv_cache.
-    """
-    check_positive_int("n_prompt", n_prompt)
-    check_nonnegative_int("n_new", n_new)
-    check_bool("use_cache", use_cache)
-    steps = []
-    for t in range(n_new):
-        n_kv = n_prompt + t
-        n_q = 1 if (use_cache and t > 0) else n_kv  # a cache feeds only the newest token
-        steps.append(decode_step_macs(n_q, n_kv, **shape))
-    return steps

@@ -28,6 +28,7 @@ from attnlib._checks import (
     check_tensor,
     entry_point,
 )
+from attnlib.device import work_dtype
 from attnlib.masks import causal_mask
 
 __all__ = ["KERNELS", "attention", "attention_weights", "row_normalise", "similarity"]
@@ -104,7 +105,8 @@ def attention(
     if impl == "auto" and kernel == "softmax":
         return _sdpa(Q, K, V, mask, causal, scale)  # fused kernel, same Y
     dtype = Q.dtype
-    Q, K, V = (_float32_if_half(T) for T in (Q, K, V))  # half precision: work in float32
+    work = work_dtype(dtype)  # half precision: work in float32
+    Q, K, V = (T.to(work) for T in (Q, K, V))
     S = scale * Q @ K.mT  # (..., N_Q, N_KV) logits
     A = _kernel_matrix(kernel, S, _allowed(mask, causal, Q, K))  # (..., N_Q, N_KV), 0 if masked
     Z = A.sum(dim=-1, keepdim=True)  # (..., N_Q, 1) the diagonal of Z
@@ -151,7 +153,8 @@ def attention_weights(
         Q, K, kernel=kernel, kernels=KERNELS, mask=mask, causal=causal, scale=scale
     )
     scale = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else scale
-    S = scale * _float32_if_half(Q) @ _float32_if_half(K).mT  # (..., N_Q, N_KV) logits
+    work = work_dtype(Q.dtype)  # half precision: work in float32
+    S = scale * Q.to(work) @ K.to(work).mT  # (..., N_Q, N_KV) logits
     A = _kernel_matrix(kernel, S, _allowed(mask, causal, Q, K))  # (..., N_Q, N_KV)
     Z = A.sum(dim=-1, keepdim=True)  # (..., N_Q, 1)
     return (A / torch.where(Z > 0, Z, 1.0)).to(Q.dtype)  # P = Z^-1 A
@@ -227,11 +230,6 @@ def row_normalise(A: torch.Tensor) -> torch.Tensor:
 
 
 # --- helpers of the explicit path --------------------------------------------------------
-
-
-def _float32_if_half(T: torch.Tensor) -> torch.Tensor:
-    """Half-precision tensors are computed in float32 (sums of many exponentials need it)."""
-    return T.float() if T.dtype in (torch.float16, torch.bfloat16) else T
 
 
 def _kernel(kernel: Kernel) -> Callable[[torch.Tensor], torch.Tensor]:

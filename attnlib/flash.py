@@ -18,6 +18,8 @@ import math
 import torch
 
 from attnlib._checks import check_attention_inputs, check_positive_int, entry_point, nested_call
+from attnlib.device import work_dtype
+from attnlib.masks import query_positions
 
 __all__ = ["tiled_attention"]
 
@@ -62,13 +64,13 @@ def tiled_attention(
         check_positive_int("block_size", block_size)
     s = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else scale
     n_q, n_kv = Q.shape[-2], K.shape[-2]
-    work = torch.float32 if Q.dtype in (torch.float16, torch.bfloat16) else Q.dtype
+    work = work_dtype(Q.dtype)  # half precision: work in float32
     Qw = Q.to(work) * s
     batch = torch.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2])
     m = torch.full((*batch, n_q, 1), -math.inf, dtype=work, device=Q.device)  # running max
     l = torch.zeros((*batch, n_q, 1), dtype=work, device=Q.device)  # running normaliser
     acc = torch.zeros((*batch, n_q, V.shape[-1]), dtype=work, device=Q.device)
-    pos_q = torch.arange(n_kv - n_q, n_kv, device=Q.device)[:, None]  # bottom-right aligned
+    pos_q = query_positions(n_q, n_kv, device=Q.device)[:, None]  # bottom-right aligned
     for start in range(0, n_kv, block_size):
         stop = min(start + block_size, n_kv)
         S = Qw @ K[..., start:stop, :].to(work).transpose(-2, -1)  # (..., N_Q, block)

@@ -14,9 +14,9 @@ Only ``K`` and ``V`` are cached, so the cache holds ``2 * G * d_head`` numbers p
 and layer instead of ``2 * H * d_head``: sharing the keys and values is what saves memory.
 Queries are never shared.
 
-Two conversions: :func:`gqa_from_mha` mean-pools the KV heads of a group, the
-initialisation of Ainslie et al. (2023) for turning an MHA checkpoint into GQA, and
-:func:`from_hf_llama_attention` loads the weights of a Hugging Face ``LlamaAttention``.
+:func:`gqa_from_mha` mean-pools the KV heads of a group, the initialisation of Ainslie et
+al. (2023) for turning an MHA checkpoint into GQA; :func:`attnlib.convert.from_hf_llama_attention`
+loads the weights of a Hugging Face ``LlamaAttention``.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from attnlib._checks import (
 from attnlib._params import init_weight
 from attnlib.cache import KVCache
 from attnlib.core import attention
+from attnlib.device import work_dtype
 from attnlib.heads import head_mask, merge_heads, repeat_kv, split_heads
 from attnlib.rope import rope_cos_sin, rope_positions, rope_rotate
 
@@ -45,7 +46,6 @@ __all__ = [
     "GroupedQueryAttention",
     "MultiHeadAttention",
     "MultiQueryAttention",
-    "from_hf_llama_attention",
     "gqa_from_mha",
     "grouped_query_attention",
 ]
@@ -197,8 +197,7 @@ class GroupedQueryAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotate the queries and keys of the new tokens with one set of angles."""
         pos = rope_positions(positions, Q.shape[-2], start=start, device=Q.device)
-        work = torch.float32 if Q.dtype in (torch.float16, torch.bfloat16) else Q.dtype
-        cos, sin = rope_cos_sin(pos, self.d_head, base=self.rope_base, dtype=work)
+        cos, sin = rope_cos_sin(pos, self.d_head, base=self.rope_base, dtype=work_dtype(Q.dtype))
         rotate = {"interleaved": self.rope_interleaved}
         return rope_rotate(Q, cos, sin, **rotate), rope_rotate(K, cos, sin, **rotate)
 
@@ -294,70 +293,6 @@ def gqa_from_mha(attn: GroupedQueryAttention, n_kv_heads: int) -> GroupedQueryAt
             W = getattr(attn, name).reshape(d_in, G, r, d_head)  # head c = g r + j -> [g, j]
             getattr(out, name).copy_(W.mean(dim=2).reshape(d_in, G * d_head))
     return out
-
-
-def from_hf_llama_attention(hf_attention: nn.Module) -> GroupedQueryAttention:
-    """Load a Hugging Face ``LlamaAttention`` into a :class:`GroupedQueryAttention`.
-
-    ``nn.Linear`` stores the transpose of a right-multiplying weight, so
-    ``W_Q = q_proj.weight.T``, ``W_K = k_proj.weight.T``, ``W_V = v_proj.weight.T`` and
-    ``W_O = o_proj.weight.T``. The head counts, ``head_dim`` and the RoPE base come from
-    ``hf_attention.config`` (``num_attention_heads``, ``num_key_value_heads``,
-    ``rope_parameters["rope_theta"]`` or ``rope_theta``). Hugging Face's Llama rotates the
-    half-split pairs ``(i, i + d_head/2)``, attnlib's default. Nothing here imports
-    ``transformers``: any module with these attributes loads.
-
-    Args:
-        hf_attention: a ``transformers`` ``LlamaAttention`` (or a module laid out like
-            it: ``q_proj``, ``k_proj``, ``v_proj``, ``o_proj`` without biases, a
-            ``config`` and a ``head_dim``).
-
-    Returns:
-        A :class:`GroupedQueryAttention` with RoPE on the weights' device and dtype. Its
-        ``forward(X, causal=True)`` equals ``hf_attention`` run on positions
-        ``0 .. N - 1`` with a causal mask.
-
-    Example:
-        A stand-in with LlamaAttention's layout (the lesson uses the real module):
-
-        >>> from types import SimpleNamespace
-        >>> hf = nn.Module()
-        >>> hf.config = SimpleNamespace(num_attention_heads=4, num_key_value_heads=2,
-        ...                             rope_theta=10000.0)
-        >>> hf.head_dim = 2
-        >>> for name, width in (("q_proj", 8), ("k_proj", 4), ("v_proj", 4), ("o_proj", 8)):
-        ...     setattr(hf, name, nn.Linear(8, width, bias=False))
-        >>> attn = from_hf_llama_attention(hf)
-        >>> attn.n_kv_heads, attn.W_K.shape, torch.equal(attn.W_K, hf.k_proj.weight.T)
-        (2, torch.Size([8, 4]), True)
-
-    Lesson: 06_gqa.
-    """
-    config = getattr(hf_attention, "config", None)
-    projections = ("q_proj", "k_proj", "v_proj", "o_proj")
-    missing = [n for n in (*projections, "head_dim") if not hasattr(hf_attention, n)]
-    if config is None or missing:
-        raise TypeError(
-            "hf_attention must be laid out like transformers' LlamaAttention (config, "
-            f"head_dim, q_proj, k_proj, v_proj, o_proj); got {type(hf_attention).__name__} "
-            f"without {missing or ['config']}"
-        )
-    with_bias = [n for n in projections if getattr(hf_attention, n).bias is not None]
-    if with_bias:
-        raise ValueError(f"hf_attention must have no biases (attention_bias=False); "
-                         f"{with_bias} have one")
-    rope = getattr(config, "rope_parameters", None) or {}
-    base = rope.get("rope_theta", getattr(config, "rope_theta", None))
-    W_Q = hf_attention.q_proj.weight
-    attn = GroupedQueryAttention(
-        W_Q.shape[1], config.num_attention_heads, config.num_key_value_heads,
-        hf_attention.head_dim, hf_attention.o_proj.weight.shape[0], rope_base=base,
-        device=W_Q.device, dtype=W_Q.dtype,
-    )
-    with torch.no_grad():
-        for name, proj in zip(("W_Q", "W_K", "W_V", "W_O"), projections, strict=True):
-            getattr(attn, name).copy_(getattr(hf_attention, proj).weight.T)  # (in, out)
-    return attn
 
 
 def _check_grouped_inputs(Q, K, V, mask, causal, scale, impl) -> None:

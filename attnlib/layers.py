@@ -20,8 +20,7 @@ Where the norm goes is the one design choice a block makes, and three placements
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -41,6 +40,7 @@ from attnlib._checks import (
 )
 from attnlib._params import init_weight
 from attnlib.cache import KVCache, LatentCache
+from attnlib.device import seeded
 from attnlib.gqa import GroupedQueryAttention
 from attnlib.mla import MultiHeadLatentAttention
 from attnlib.norms import LayerNorm, RMSNorm
@@ -458,22 +458,6 @@ class TransformerBlock(nn.Module):
 # ---------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _seeded(seed: int | None, device: torch.device | str | None) -> Iterator[None]:
-    """Draw from ``torch.manual_seed(seed)`` inside, restoring the global RNG state after."""
-    if seed is None:
-        yield
-        return
-    dev = torch.device(device) if device is not None else torch.get_default_device()
-    if dev.type == "cpu":
-        fork = torch.random.fork_rng(devices=[])
-    else:
-        fork = torch.random.fork_rng(device_type=dev.type)
-    with fork:
-        torch.manual_seed(seed)
-        yield
-
-
 class TinyDecoder(nn.Module):
     """A decoder-only language model: ``logits = Norm(Blocks(E[ids])) E^T``.
 
@@ -564,7 +548,7 @@ class TinyDecoder(nn.Module):
             "norm_kind": norm_kind, "attention": attention, "d_latent": d_latent,
             "d_latent_q": d_latent_q, "d_rope": d_rope, "rope_base": rope_base,
         }
-        with _seeded(seed, device):
+        with seeded(seed, device):
             self.E = nn.Parameter(torch.randn(vocab_size, d_model, **kw) * 0.02)
             self.blocks = nn.ModuleList(
                 TransformerBlock(d_model, n_heads, **block_kw, **kw) for _ in range(n_layers)

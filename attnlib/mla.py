@@ -59,7 +59,6 @@ from torch import nn
 from attnlib._checks import (
     check_attention_inputs,
     check_bool,
-    check_choice,
     check_divisible,
     check_even,
     check_last_dim,
@@ -78,16 +77,12 @@ from attnlib.cache import LatentCache
 from attnlib.core import attention
 from attnlib.gqa import GroupedQueryAttention
 from attnlib.heads import head_mask, kv_head_index, merge_heads, split_heads
-from attnlib.memory import ModelSpec
 from attnlib.norms import rms_norm
 from attnlib.rope import apply_rope, rope_positions
 
 __all__ = [
-    "DECODE_PATHS",
     "MultiHeadLatentAttention",
     "mla_absorbed",
-    "mla_decode_cost",
-    "mla_from_deepseek",
     "mla_from_mha",
     "mla_merged_weights",
     "mla_naive",
@@ -522,158 +517,6 @@ def mla_from_mha(attn: GroupedQueryAttention, d_latent: int) -> MultiHeadLatentA
     return mla
 
 
-DECODE_PATHS: tuple[str, ...] = ("expanded", "rebuilt", "absorbed")
-"""The three ways :func:`mla_decode_cost` can decode one token of an MLA layer.
-
-- ``"expanded"``: each token's ``K_h`` and ``V_h`` are formed once, when it arrives, and
-  cached per head (with the one shared ``k_R``): the cache of multi-head attention;
-- ``"rebuilt"``: the latent cache of MLA, with ``K_h`` and ``V_h`` formed again from every
-  cached row at every step (attnlib's ``absorbed=False`` path over a ``LatentCache``, and
-  Hugging Face's ``DeepseekV3Attention``);
-- ``"absorbed"``: the latent cache, attended to directly (``absorbed=True``).
-"""
-
-
-def mla_decode_cost(
-    spec: ModelSpec, n_ctx: int, *, path: str = "absorbed", bytes_per_elem: int = 2
-) -> dict[str, int]:
-    """Multiply-adds and bytes of one MLA layer decoding one token against ``n_ctx`` keys.
-
-    With ``d = d_in = d_out``, ``d_Q = d_LQ`` (``d`` without a query latent), ``n = n_ctx``
-    (the cached tokens plus the new one) and one sequence, the matrix products are::
-
-        projections, every path:  d d_LQ + d_Q H (d_head + d_R) + d (d_L + d_R) + H d_v d
-        expanded:  + d_L H (d_head + d_v)          the new token's K_h and V_h, once
-                   + n H (d_head + d_R + d_v)      logits and weighted sum, per head
-        rebuilt:   + n d_L H (d_head + d_v)        K_h and V_h of every cached row, again
-                   + n H (d_head + d_R + d_v)
-        absorbed:  + H d_head d_L + H d_L d_v      Q_h (W_LK^h)^T and (P_h L) W_LV^h
-                   + n H (2 d_L + d_R)             logits and weighted sum over the latent
-
-    and the cache holds ``H (d_head + d_v) + d_R`` numbers per token (expanded) or
-    ``d_L + d_R`` (rebuilt, absorbed). Elementwise work (softmax, RoPE, RMSNorm) is not
-    counted; it is linear in ``n`` with a small constant. The weights read are the same
-    for every path (the absorbed path applies the factors, it does not merge them).
-
-    Args:
-        spec: an MLA model (``spec.d_latent`` set), e.g. :data:`attnlib.memory.DEEPSEEK_V2`.
-        n_ctx: ``n >= 1``, the keys the new token attends to, itself included.
-        path: one of :data:`DECODE_PATHS`.
-        bytes_per_elem: ``b``, bytes per stored number (2 for bf16).
-
-    Returns:
-        dict[str, int]: ``"cache_values_per_token"``, ``"cache_bytes"`` (read this step:
-        ``n`` tokens), ``"weight_bytes"`` (every weight of the layer, once),
-        ``"macs_projections"`` (independent of ``n``), ``"macs_attention"`` (proportional
-        to ``n``) and ``"macs"`` (their sum).
-
-    Example:
-        >>> from attnlib.memory import DEEPSEEK_V2
-        >>> a = mla_decode_cost(DEEPSEEK_V2, 4096, path="absorbed")
-        >>> e = mla_decode_cost(DEEPSEEK_V2, 4096, path="expanded")
-        >>> e["cache_bytes"] // a["cache_bytes"], a["cache_values_per_token"]
-        (57, 576)
-        >>> round(a["macs_attention"] / e["macs_attention"], 2)   # (2 * 512 + 64) / 320
-        3.4
-
-    Lesson: 07_mla.
-    """
-    _check_cost(spec, n_ctx, path, bytes_per_elem)
-    d, H, d_head, d_v = spec.d_model, spec.n_heads, spec.d_head, spec.d_value
-    d_L, d_R, d_LQ = spec.d_latent, spec.d_rope, spec.d_latent_q
-    d_Q = d if d_LQ is None else d_LQ
-    n = n_ctx
-    projections = (
-        (0 if d_LQ is None else d * d_LQ)  # L_Q = X W_LQ
-        + d_Q * H * (d_head + d_R)  # Q_h = L_Q W_LQQ^h and q_R,h = L_Q W_QR^h
-        + d * (d_L + d_R)  # L = X W_L and k_R = X W_KR
-        + H * d_v * d  # Y W_O
-    )
-    per_pair = H * (d_head + d_R + d_v)  # one query against one key: logit and weighted value
-    if path == "expanded":
-        values = H * (d_head + d_v) + d_R
-        projections += d_L * H * (d_head + d_v)  # the new token's K_h, V_h
-        attention = n * per_pair
-    elif path == "rebuilt":
-        values = d_L + d_R
-        attention = n * (d_L * H * (d_head + d_v) + per_pair)
-    else:
-        values = d_L + d_R
-        projections += H * d_head * d_L + H * d_L * d_v
-        attention = n * H * (2 * d_L + d_R)
-    weights = (
-        (0 if d_LQ is None else d * d_LQ) + d_Q * H * (d_head + d_R) + d * (d_L + d_R)
-        + d_L * H * (d_head + d_v) + H * d_v * d
-    )
-    return {
-        "cache_values_per_token": values,
-        "cache_bytes": n * values * bytes_per_elem,
-        "weight_bytes": weights * bytes_per_elem,
-        "macs_projections": projections,
-        "macs_attention": attention,
-        "macs": projections + attention,
-    }
-
-
-@entry_point
-def mla_from_deepseek(attn: nn.Module) -> MultiHeadLatentAttention:
-    """An attnlib MLA with the weights of a Hugging Face ``DeepseekV3Attention`` (or V2).
-
-    Hugging Face stores each weight as an ``nn.Linear`` ``(out, in)``, so every matrix is
-    transposed, and it packs several of the paper's matrices into one (see the names table
-    of book/notation.md):
-
-    - ``q_b_proj`` (or ``q_proj`` without a query latent): per head ``[W_LQQ^h | W_QR^h]``;
-    - ``kv_a_proj_with_mqa``: ``[W_L | W_KR]``, the latent and the one shared rotary key;
-    - ``kv_b_proj``: per head ``[W_LK^h | W_LV^h]``;
-    - ``q_a_proj`` is ``W_LQ``, ``o_proj`` is ``W_O``, and the gains of ``kv_a_layernorm``
-      and ``q_a_layernorm`` are ``g_L`` and ``g_LQ``.
-
-    The module is read through its attributes only (this function does not import
-    ``transformers``). The copy is ``latent_norm=True`` with the source's RoPE base and
-    pairing (``config.rope_interleave``).
-
-    Args:
-        attn: a ``DeepseekV3Attention`` (or ``DeepseekV2Attention``) without biases and
-            without YaRN scaling (its ``scaling`` is ``1/sqrt(d_head + d_R)``).
-
-    Returns:
-        :class:`MultiHeadLatentAttention` on the source's device and dtype; its forward,
-        with ``causal=True``, equals the source's with a causal mask and the same
-        positions.
-
-    Lesson: 07_mla.
-    """
-    _check_deepseek(attn)
-    config = attn.config  # sizes come from the config: module attributes vary by version
-    H, d_L, d_LQ = config.num_attention_heads, config.kv_lora_rank, config.q_lora_rank
-    d_head, d_R, d_v = config.qk_nope_head_dim, config.qk_rope_head_dim, config.v_head_dim
-    ref = attn.o_proj.weight
-    mla = MultiHeadLatentAttention(
-        config.hidden_size, H, d_head, d_L, d_latent_q=d_LQ, d_rope=d_R, d_v=d_v,
-        latent_norm=True, rope_base=_rope_theta(config),
-        rope_interleaved=bool(getattr(config, "rope_interleave", False)),
-        device=ref.device, dtype=ref.dtype,
-    )
-    q_proj = attn.q_proj if d_LQ is None else attn.q_b_proj
-    W_q = q_proj.weight.T.reshape(-1, H, d_head + d_R)  # (d_Q, H, d_head + d_R)
-    W_kv_a = attn.kv_a_proj_with_mqa.weight.T  # (d_in, d_L + d_R) = [W_L | W_KR]
-    W_kv_b = attn.kv_b_proj.weight.T.reshape(d_L, H, d_head + d_v)  # per head [W_LK^h | W_LV^h]
-    with torch.no_grad():
-        mla.W_LQQ.copy_(W_q[..., :d_head].reshape(-1, H * d_head))
-        mla.W_QR.copy_(W_q[..., d_head:].reshape(-1, H * d_R))
-        if d_LQ is not None:
-            mla.W_LQ.copy_(attn.q_a_proj.weight.T)
-            mla.g_LQ.copy_(attn.q_a_layernorm.weight)
-        mla.W_L.copy_(W_kv_a[:, :d_L])
-        mla.W_KR.copy_(W_kv_a[:, d_L:])
-        mla.g_L.copy_(attn.kv_a_layernorm.weight)
-        mla.W_LK.copy_(W_kv_b[..., :d_head].reshape(d_L, H * d_head))
-        mla.W_LV.copy_(W_kv_b[..., d_head:].reshape(d_L, H * d_v))
-        mla.W_O.copy_(attn.o_proj.weight.T)
-    return mla
-
-
 def _check_conversion(attn: object, d_latent: object) -> None:
     if not isinstance(attn, GroupedQueryAttention):
         raise TypeError(
@@ -693,72 +536,6 @@ def _check_conversion(attn: object, d_latent: object) -> None:
             f"min({attn.d_in}, {2 * attn.n_kv_heads * attn.d_head}) = {r_max}, the largest rank "
             f"[W_K | W_V] can have; got {d_latent}"
         )
-
-
-def _check_cost(spec: object, n_ctx: object, path: object, bytes_per_elem: object) -> None:
-    if not isinstance(spec, ModelSpec):
-        raise TypeError(f"spec must be an attnlib.memory.ModelSpec; got {type(spec).__name__}")
-    if spec.d_latent is None:
-        raise ValueError(
-            f"spec must describe an MLA model (d_latent set); {spec.name!r} has d_latent=None"
-        )
-    check_positive_int("n_ctx", n_ctx)
-    check_choice("path", path, DECODE_PATHS)
-    check_positive_int("bytes_per_elem", bytes_per_elem)
-
-
-# What mla_from_deepseek reads: the module's projections, norms and scale, and the sizes of
-# its config. transformers 5.0 (Colab's) keeps fewer size attributes on the module itself
-# than later releases, so the sizes are read from the config alone.
-_DEEPSEEK_PARTS = ("config", "scaling", "kv_a_proj_with_mqa", "kv_a_layernorm", "kv_b_proj",
-                   "o_proj")
-_DEEPSEEK_CONFIG = ("hidden_size", "num_attention_heads", "q_lora_rank", "kv_lora_rank",
-                    "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-
-
-def _rope_theta(config: object) -> float:
-    """The RoPE base of a Hugging Face config: ``rope_theta``, or ``rope_parameters``'s."""
-    theta = getattr(config, "rope_theta", None)
-    if theta is None:
-        theta = (getattr(config, "rope_parameters", None) or {}).get("rope_theta")
-    return theta
-
-
-def _check_deepseek(attn: object) -> None:
-    missing = [name for name in _DEEPSEEK_PARTS if not hasattr(attn, name)]
-    config = getattr(attn, "config", None)
-    missing += [f"config.{name}" for name in _DEEPSEEK_CONFIG if not hasattr(config, name)]
-    if not isinstance(attn, nn.Module) or missing:
-        raise TypeError(
-            "attn must be a Hugging Face DeepseekV3Attention (or DeepseekV2Attention); "
-            f"got {type(attn).__name__}, which lacks {missing}"
-        )
-    if config.qk_rope_head_dim < 2:
-        raise ValueError(
-            f"attn.config.qk_rope_head_dim must be at least 2; got {config.qk_rope_head_dim}"
-        )
-    linears = [attn.kv_a_proj_with_mqa, attn.kv_b_proj, attn.o_proj,
-               attn.q_proj if config.q_lora_rank is None else attn.q_a_proj]
-    if any(getattr(lin, "bias", None) is not None for lin in linears):
-        raise ValueError(
-            "attn must have no biases (attnlib's MLA has none); got a config with "
-            f"attention_bias={getattr(attn.config, 'attention_bias', None)!r}"
-        )
-    rope = getattr(attn.config, "rope_parameters", None) or {}
-    rope_type = rope.get("rope_type", rope.get("type", "default"))
-    plain = 1.0 / math.sqrt(config.qk_nope_head_dim + config.qk_rope_head_dim)
-    if rope_type != "default" or not math.isclose(attn.scaling, plain, rel_tol=1e-9):
-        raise ValueError(
-            "attn must use plain RoPE and the scale 1/sqrt(d_head + d_R) = "
-            f"{plain:.6g}; got rope_type {rope_type!r} and scaling {attn.scaling:.6g} "
-            "(YaRN scaling is not supported)"
-        )
-    theta = _rope_theta(attn.config)
-    if theta is None:
-        raise ValueError("attn.config must give a RoPE base (rope_theta); got none")
-    eps = getattr(attn.kv_a_layernorm, "variance_epsilon", 1e-6)
-    if not math.isclose(eps, 1e-6):
-        raise ValueError(f"attn.kv_a_layernorm must have eps 1e-6, as attnlib's; got {eps}")
 
 
 # --- checks ------------------------------------------------------------------------------

@@ -25,11 +25,9 @@ from attnlib._checks import (
     entry_point,
     nested_call,
 )
+from attnlib.device import work_dtype
 
 __all__ = ["LayerNorm", "RMSNorm", "layer_norm", "rms_norm"]
-
-_HALF = (torch.float16, torch.bfloat16)
-
 
 @entry_point
 def layer_norm(
@@ -62,7 +60,7 @@ def layer_norm(
     Lesson: 04_masks_and_layers.
     """
     _check_norm_inputs(x, eps, gamma=gamma, beta=beta)
-    work = torch.float32 if x.dtype in _HALF else x.dtype
+    work = work_dtype(x.dtype)  # half precision: work in float32
     xw = x.to(work)
     mu = xw.mean(dim=-1, keepdim=True)  # (..., 1)
     var = (xw - mu).square().mean(dim=-1, keepdim=True)  # (..., 1), biased like torch
@@ -100,7 +98,7 @@ def rms_norm(x: torch.Tensor, g: torch.Tensor | None = None, eps: float = 1e-6) 
     Lesson: 04_masks_and_layers.
     """
     _check_norm_inputs(x, eps, g=g)
-    xw = x.float() if x.dtype in _HALF else x
+    xw = x.to(work_dtype(x.dtype))  # half precision: work in float32
     y = xw * torch.rsqrt(xw.square().mean(dim=-1, keepdim=True) + eps)  # (..., d)
     if g is not None:
         y = y * g

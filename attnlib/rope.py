@@ -40,6 +40,7 @@ from attnlib._checks import (
     entry_point,
     nested_call,
 )
+from attnlib.device import work_dtype
 
 __all__ = [
     "apply_rope",
@@ -88,7 +89,7 @@ def apply_rope(
     """
     _check_rope_inputs(X, positions, base, interleaved)
     positions = torch.as_tensor(positions, device=X.device)
-    cos, sin = rope_cos_sin(positions, X.shape[-1], base=base, dtype=_work_dtype(X.dtype))
+    cos, sin = rope_cos_sin(positions, X.shape[-1], base=base, dtype=work_dtype(X.dtype))
     return rope_rotate(X, cos, sin, interleaved=interleaved)
 
 
@@ -288,11 +289,6 @@ def rope_permutation(d: int) -> torch.Tensor:
     """
     _check_width(d)
     return torch.cat((torch.arange(0, d, 2), torch.arange(1, d, 2)))
-
-
-def _work_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Rotations of half-precision tensors are computed in float32."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
 def _check_width(d: object) -> None:

@@ -18,7 +18,7 @@ from attnlib import (
     grouped_query_attention,
     key_padding_mask,
 )
-from attnlib.gqa import from_hf_llama_attention, gqa_from_mha
+from attnlib.gqa import gqa_from_mha
 from attnlib.memory import kv_cache_bytes
 
 
@@ -289,10 +289,8 @@ def test_mean_is_the_closest_single_block():
          ["attn.n_kv_heads", "divisible", "4"]),
         (lambda: gqa_from_mha(MultiHeadAttention(8, 6, 2), 0), ValueError, ["n_kv_heads", "0"]),
         (lambda: gqa_from_mha(MultiHeadAttention(8, 6, 2), 2.0), TypeError, ["n_kv_heads"]),
-        (lambda: from_hf_llama_attention(torch.nn.Linear(4, 4)), TypeError,
-         ["hf_attention", "LlamaAttention", "Linear"]),
     ],
-    ids=["not-a-layer", "not-a-divisor", "zero", "float", "hf-not-llama"],
+    ids=["not-a-layer", "not-a-divisor", "zero", "float"],
 )
 def test_conversion_errors_name_the_argument(thunk, error, fragments):
     with pytest.raises(error) as info:
@@ -300,34 +298,3 @@ def test_conversion_errors_name_the_argument(thunk, error, fragments):
     message = str(info.value)
     for fragment in fragments:
         assert fragment in message, message
-
-
-@pytest.mark.parametrize("H,G", [(4, 2), (4, 1), (4, 4)])
-@torch.no_grad()
-def test_from_hf_llama_attention_matches_llama_attention(H, G):
-    transformers = pytest.importorskip("transformers")
-    from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
-
-    config = transformers.LlamaConfig(hidden_size=16, num_attention_heads=H,
-                                      num_key_value_heads=G, head_dim=6, rope_theta=5000.0,
-                                      attn_implementation="eager")
-    hf = LlamaAttention(config, layer_idx=0).eval()
-    attn = from_hf_llama_attention(hf)
-    assert (attn.n_heads, attn.n_kv_heads, attn.d_head, attn.rope_base) == (H, G, 6, 5000.0)
-    assert torch.equal(attn.W_K, hf.k_proj.weight.T)
-    X = torch.randn(2, 7, 16)
-    cos_sin = LlamaRotaryEmbedding(config)(X, torch.arange(7)[None])
-    allowed = causal_mask(7)
-    additive = torch.zeros(7, 7).masked_fill(~allowed, torch.finfo(torch.float32).min)
-    Y_hf = hf(X, position_embeddings=cos_sin, attention_mask=additive[None, None])[0]
-    torch.testing.assert_close(attn(X, causal=True), Y_hf, rtol=2e-5, atol=1e-6)
-
-
-def test_from_hf_llama_attention_rejects_biases():
-    transformers = pytest.importorskip("transformers")
-    from transformers.models.llama.modeling_llama import LlamaAttention
-
-    config = transformers.LlamaConfig(hidden_size=8, num_attention_heads=2,
-                                      num_key_value_heads=1, head_dim=4, attention_bias=True)
-    with pytest.raises(ValueError, match="biases"):
-        from_hf_llama_attention(LlamaAttention(config, layer_idx=0))

@@ -2,7 +2,7 @@
 
 Each test builds a tiny random configuration (nothing is downloaded), instantiates the
 Hugging Face module directly, and ports its weights into attnlib with attnlib's own
-converters, ``attnlib.gqa.from_hf_llama_attention`` and ``attnlib.mla.mla_from_deepseek``
+converters, ``attnlib.convert.from_hf_llama_attention`` and ``attnlib.convert.mla_from_deepseek``
 (attnlib multiplies from the right, so ``W_Q = q_proj.weight.T`` and so on). The outputs
 must agree to float32 precision.
 
@@ -27,8 +27,7 @@ from transformers.models.deepseek_v3.modeling_deepseek_v3 import (
 from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
 
 from attnlib import GroupedQueryAttention, KVCache, LatentCache, TinyDecoder
-from attnlib.gqa import from_hf_llama_attention
-from attnlib.mla import mla_from_deepseek
+from attnlib.convert import from_hf_llama_attention, mla_from_deepseek
 
 # rtol 2e-5 is the target precision. atol covers entries that come out near zero through
 # cancellation: such an entry sums terms of size ~0.1 to 1 with float32 rounding

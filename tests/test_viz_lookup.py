@@ -229,16 +229,6 @@ def test_kernel_table_rejects_more_than_one_query():
                         {"relu": "relu"})
 
 
-def test_fit_slope_is_least_squares_on_logs():
-    x = [128, 256, 512, 1024]
-    y = [0.3, 1.1, 5.0, 17.0]
-    expected = np.polyfit(np.log(x), np.log(y), 1)[0]
-    assert vl.fit_slope(x, y) == pytest.approx(expected)
-    assert vl.fit_slope([1, 2, 4], [5, 20, 80]) == pytest.approx(2.0)
-    with pytest.raises(ValueError, match="same length"):
-        vl.fit_slope([1, 2], [1, 2, 3])
-
-
 def test_cost_figure_annotates_the_fitted_slope():
     n = [128, 256, 512, 1024]
     seconds = [0.0001, 0.0005, 0.0021, 0.0079]

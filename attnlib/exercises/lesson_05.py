@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attnlib.cache import generation_macs
+from attnlib.costs import generation_macs
 from attnlib.exercises import numbers, scalar, whole_number
 from attnlib.memory import LLAMA3_8B, kv_cache_bytes
 

@@ -26,6 +26,7 @@ import torch
 
 from attnlib._checks import check_positive_float
 from attnlib.core import KERNELS, attention, attention_weights
+from attnlib.costs import fit_exponent
 from attnlib.examples import KEYS, VALUES
 from attnlib.viz.style import COLORS, DASHES, HEIGHT, OKABE_ITO, rounded, style
 
@@ -34,7 +35,6 @@ __all__ = [
     "KERNEL_NAMES",
     "convex_hull",
     "cost_figure",
-    "fit_slope",
     "kernel_table",
     "lookup_figure",
     "query_at",
@@ -308,22 +308,6 @@ def kernel_table(
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("kernel")
 
 
-def fit_slope(x: Sequence[float], y: Sequence[float]) -> float:
-    """Least-squares slope of ``log y`` against ``log x``: the exponent ``p`` in ``y ~ x^p``.
-
-    Example:
-        >>> round(fit_slope([1, 2, 4], [3, 12, 48]), 6)
-        2.0
-    """
-    lx = torch.log(torch.as_tensor(x, dtype=torch.float64))
-    ly = torch.log(torch.as_tensor(y, dtype=torch.float64))
-    if lx.dim() != 1 or lx.shape != ly.shape or lx.numel() < 2:
-        raise ValueError(f"x and y must be two sequences of the same length >= 2; got "
-                         f"{tuple(lx.shape)} and {tuple(ly.shape)}")
-    dx = lx - lx.mean()
-    return float((dx * (ly - ly.mean())).sum() / (dx * dx).sum())
-
-
 def cost_figure(
     n: Sequence[int], seconds: Sequence[float], counts: Sequence[int]
 ) -> go.Figure:
@@ -343,7 +327,7 @@ def cost_figure(
     if not len(n) == len(seconds) == len(counts) or len(n) < 2:
         raise ValueError(f"n, seconds and counts must have the same length >= 2; got "
                          f"{len(n)}, {len(seconds)} and {len(counts)}")
-    slope = fit_slope(n, seconds)
+    slope = fit_exponent(n, seconds)
     ms = [1e3 * s for s in seconds]
     log_mean = sum(math.log(t) for t in ms) / len(ms) - slope * sum(
         math.log(x) for x in n) / len(n)
