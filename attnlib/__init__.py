@@ -14,6 +14,7 @@ Modules, one concept each (the chapter that explains it in brackets):
 - ``mla``        multi-head latent attention and GQA -> MLA conversion   (07)
 - ``cache``      KV and latent caches                                    (05, 07)
 - ``norms``      LayerNorm and RMSNorm                                   (04)
+- ``variants``   the attention variants a block builds, by name          (04, 06, 07)
 - ``layers``     feed-forward, transformer blocks, ``TinyDecoder``        (04, 05)
 - ``memory``     cache byte accounting and published model presets       (00, 05, 06, 07)
 - ``costs``      multiply-adds of decoding, MLA's decoding paths          (01, 05, 07)

@@ -25,22 +25,29 @@ import torch
 from torch import nn
 
 from attnlib._checks import (
-    check_attention_inputs,
+    check_attention_call,
+    check_attention_options,
     check_bool,
+    check_cache,
+    check_choice,
     check_divisible,
-    check_module_inputs,
+    check_input,
     check_positive_float,
     check_positive_int,
+    check_qkv,
     check_tensor,
-    entry_point,
-    nested_call,
 )
 from attnlib._params import init_weight
-from attnlib.cache import KVCache
-from attnlib.core import attention
+from attnlib.cache import KVCache, Rows, StaticKVCache
+from attnlib.core import IMPLS, attention
 from attnlib.device import work_dtype
 from attnlib.heads import head_mask, merge_heads, repeat_kv, split_heads
 from attnlib.rope import rope_cos_sin, rope_positions, rope_rotate
+from attnlib.variants import register_attention
+
+# PyTorch 2.5 added enable_gqa to scaled_dot_product_attention: G key/value heads for H
+# query heads, read without copying them to H heads.
+_SDPA_GQA = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)
 
 __all__ = [
     "GroupedQueryAttention",
@@ -51,7 +58,6 @@ __all__ = [
 ]
 
 
-@entry_point
 def grouped_query_attention(
     Q: torch.Tensor,
     K: torch.Tensor,
@@ -85,12 +91,40 @@ def grouped_query_attention(
 
     Lesson: 06_gqa.
     """
-    _check_grouped_inputs(Q, K, V, mask, causal, scale, impl)
-    H = Q.shape[-3]
-    # Expanding K and V to H heads is the clearest statement of the group map; the
-    # saving GQA buys is in what the cache holds (G heads), not in this arithmetic.
-    K, V = repeat_kv(K, H), repeat_kv(V, H)  # (..., H, N_KV, d): head h reads group h // s
-    return attention(Q, K, V, mask=mask, causal=causal, scale=scale, impl=impl)
+    _check_grouped(Q, K, V, mask, causal, scale, impl)
+    return _grouped_query_attention(Q, K, V, mask=mask, causal=causal, scale=scale, impl=impl)
+
+
+def _grouped_query_attention(
+    Q: torch.Tensor,
+    K: torch.Tensor,
+    V: torch.Tensor,
+    *,
+    mask: torch.Tensor | None = None,
+    causal: bool = False,
+    scale: float | None = None,
+    impl: str = "auto",
+) -> torch.Tensor:
+    """:func:`grouped_query_attention` without its input check; ``K`` and ``V`` are never copied
+    to ``H`` heads on the fused path (the explicit one repeats them, the formula literally)."""
+    H, G = Q.shape[-3], K.shape[-3]
+    kw = {"scale": scale, "impl": impl}
+    if G == H:
+        return attention.unchecked(Q, K, V, mask=mask, causal=causal, **kw)
+    s = H // G
+    if Q.shape[-2] == 1:  # one query per head: group g's s queries are s rows against K_g
+        Q_g = Q.unflatten(-3, (G, s)).flatten(-3, -2)  # (..., G, s, d): row j is head g s + j
+        if mask is not None and mask.dim() >= 3 and mask.shape[-3] == H:
+            mask = mask.unflatten(-3, (G, s)).flatten(-3, -2)  # per-head rows, the same way
+        Y = attention.unchecked(Q_g, K, V, mask=mask, **kw)  # a last query sees every key
+        return Y.flatten(-3, -2).unsqueeze(-2)  # (..., H, 1, d_v)
+    if impl == "auto" and _SDPA_GQA:
+        return attention.unchecked(Q, K, V, mask=mask, causal=causal, enable_gqa=True, **kw)
+    K, V = repeat_kv.unchecked(K, H), repeat_kv.unchecked(V, H)  # (..., H, N_KV, d): h reads g
+    return attention.unchecked(Q, K, V, mask=mask, causal=causal, **kw)
+
+
+grouped_query_attention.unchecked = _grouped_query_attention
 
 
 class GroupedQueryAttention(nn.Module):
@@ -147,7 +181,6 @@ class GroupedQueryAttention(nn.Module):
         """``s = H // G``: how many query heads read each KV head."""
         return self.n_heads // self.n_kv_heads
 
-    @entry_point
     def forward(
         self,
         X: torch.Tensor,
@@ -177,27 +210,67 @@ class GroupedQueryAttention(nn.Module):
         Returns:
             ``(..., N_Q, d_out)``.
         """
-        check_module_inputs(
-            X, d_in=self.d_in, like=self.W_Q, X_KV=X_KV, causal=causal, mask=mask,
-            positions=positions, cache=cache, cache_type=KVCache, impl=impl,
-        )
+        self._check(X, X_KV, causal=causal, mask=mask, positions=positions, cache=cache,
+                    impl=impl)
+        return self._forward(X, X_KV, causal=causal, mask=mask, positions=positions,
+                             cache=cache, impl=impl)
+
+    def _forward(
+        self,
+        X: torch.Tensor,
+        X_KV: torch.Tensor | None = None,
+        *,
+        causal: bool = False,
+        mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        impl: str = "auto",
+    ) -> torch.Tensor:
+        """:meth:`forward` without its input check: what a block runs."""
         source = X if X_KV is None else X_KV  # the tokens that answer
-        Q = split_heads(X @ self.W_Q, self.n_heads)  # (..., H, N_Q, d_head)
-        K = split_heads(source @ self.W_K, self.n_kv_heads)  # (..., G, N_KV, d_head)
-        V = split_heads(source @ self.W_V, self.n_kv_heads)  # (..., G, N_KV, d_head)
+        Q = split_heads.unchecked(X @ self.W_Q, self.n_heads)  # (..., H, N_Q, d_head)
+        K = split_heads.unchecked(source @ self.W_K, self.n_kv_heads)  # (..., G, N_KV, d_head)
+        V = split_heads.unchecked(source @ self.W_V, self.n_kv_heads)  # (..., G, N_KV, d_head)
         if self.rope_base is not None and X_KV is None:  # RoPE: self-attention only
             Q, K = self._rope(Q, K, positions, start=0 if cache is None else cache.n_tokens)
         if cache is not None:
-            K, V = cache.update(K, V)  # every token so far, keys already rotated
-        Y = grouped_query_attention(Q, K, V, mask=head_mask(mask), causal=causal, impl=impl)
-        return merge_heads(Y) @ self.W_O  # (..., N_Q, H d_head) @ (H d_head, d_out)
+            K, V = cache._append(K, V)  # every token so far, keys already rotated
+        Y = _grouped_query_attention(Q, K, V, mask=head_mask.unchecked(mask), causal=causal,
+                                     impl=impl)  # (..., H, N_Q, d_head)
+        return merge_heads.unchecked(Y) @ self.W_O  # (..., N_Q, H d_head) @ (H d_head, d_out)
+
+    def new_cache(self, max_tokens: int | None = None) -> KVCache:
+        """An empty cache for this layer: a :class:`KVCache`, or with ``max_tokens`` a
+        :class:`~attnlib.cache.StaticKVCache` that holds that many tokens without copying."""
+        return KVCache() if max_tokens is None else StaticKVCache(max_tokens)
+
+    def _check(self, X, X_KV=None, *, causal=False, mask=None, positions=None, cache=None,
+               impl="auto") -> None:
+        """The arguments of :meth:`forward`; a block checks its own with it."""
+        check_input("X", X, self.d_in, self.W_Q, "d_in of this module")
+        if X_KV is not None:
+            check_input("X_KV", X_KV, self.d_in, self.W_Q, "d_in of this module")
+            if cache is not None:
+                raise ValueError("cache must be None for cross-attention (X_KV given)")
+        if cache is not None:
+            self._check_cache(cache, X.shape[:-2], X.shape[-2])
+        check_choice("impl", impl, IMPLS)
+        n_kv = (X if X_KV is None else X_KV).shape[-2] + (0 if cache is None else cache.n_tokens)
+        check_attention_call(X, causal=causal, mask=mask, positions=positions, n_kv=n_kv)
+
+    def _check_cache(self, cache: object, batch: tuple[int, ...], n: int) -> None:
+        """``cache`` is a :class:`KVCache` that takes the keys and values of ``n`` new tokens."""
+        check_cache(cache, KVCache)
+        new = Rows((*batch, self.n_kv_heads, n, self.d_head), self.W_K.dtype, self.W_K.device)
+        cache._check_next(new, new)
 
     def _rope(
         self, Q: torch.Tensor, K: torch.Tensor, positions: torch.Tensor | None, start: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotate the queries and keys of the new tokens with one set of angles."""
         pos = rope_positions(positions, Q.shape[-2], start=start, device=Q.device)
-        cos, sin = rope_cos_sin(pos, self.d_head, base=self.rope_base, dtype=work_dtype(Q.dtype))
+        cos, sin = rope_cos_sin.unchecked(pos, self.d_head, base=self.rope_base,
+                                          dtype=work_dtype(Q.dtype))
         rotate = {"interleaved": self.rope_interleaved}
         return rope_rotate(Q, cos, sin, **rotate), rope_rotate(K, cos, sin, **rotate)
 
@@ -207,6 +280,23 @@ class GroupedQueryAttention(nn.Module):
             f"d_in={self.d_in}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
             f"d_head={self.d_head}, d_out={self.d_out}{rope}"
         )
+
+
+@register_attention("gqa")
+def _gqa_sublayer(
+    d_model: int,
+    n_heads: int,
+    d_head: int,
+    *,
+    n_kv_heads: int | None = None,
+    rope_base: float | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+) -> GroupedQueryAttention:
+    """A block's ``attention="gqa"``: ``G = n_kv_heads`` (``None`` means ``H``, MHA)."""
+    G = n_heads if n_kv_heads is None else n_kv_heads
+    return GroupedQueryAttention(d_model, n_heads, G, d_head, rope_base=rope_base, device=device,
+                                 dtype=dtype)
 
 
 class MultiHeadAttention(GroupedQueryAttention):
@@ -295,9 +385,7 @@ def gqa_from_mha(attn: GroupedQueryAttention, n_kv_heads: int) -> GroupedQueryAt
     return out
 
 
-def _check_grouped_inputs(Q, K, V, mask, causal, scale, impl) -> None:
-    if nested_call():
-        return
+def _check_grouped(Q, K, V, mask, causal, scale, impl) -> None:
     for name, T in (("Q", Q), ("K", K), ("V", V)):
         check_tensor(name, T, min_dim=3)
     if V.shape[-3] != K.shape[-3]:
@@ -308,8 +396,9 @@ def _check_grouped_inputs(Q, K, V, mask, causal, scale, impl) -> None:
     h, g = Q.shape[-3], check_positive_int("the number of KV heads K.shape[-3]", K.shape[-3])
     check_divisible("the number of query heads Q.shape[-3]", h, "the number of KV heads G", g)
     # One KV head stands in for the G: the check needs shapes, dtypes and devices only.
-    K_1, V_1 = K.narrow(-3, 0, 1), V.narrow(-3, 0, 1)  # (..., 1, N_KV, d), views
-    check_attention_inputs(Q, K_1, V_1, mask=mask, causal=causal, scale=scale, impl=impl)
+    batch = check_qkv(Q, K.narrow(-3, 0, 1), V.narrow(-3, 0, 1))  # (..., 1, N_KV, d): views
+    logits = (*batch, Q.shape[-2], K.shape[-2])
+    check_attention_options(mask, causal, scale, impl, logits=logits, device=Q.device)
 
 
 def _check_config(d_in, n_heads, n_kv_heads, d_head, d_out, rope_base, rope_interleaved) -> None:

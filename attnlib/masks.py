@@ -49,12 +49,19 @@ def query_positions(
     Lesson: 04_masks_and_layers.
     """
     n_q, n_kv = _sizes(n_q, n_kv)
-    return torch.arange(n_kv - n_q, n_kv, device=device)
+    return _query_positions(n_q, n_kv, device)
+
+
+def _query_positions(n_q: int, n_kv: int, device: torch.device | str | None = None) -> torch.Tensor:
+    return torch.arange(n_kv - n_q, n_kv, device=device)  # bottom-right: the last N_Q positions
+
+
+query_positions.unchecked = _query_positions
 
 
 def _offsets(n_q: int, n_kv: int, device: torch.device | str | None) -> torch.Tensor:
     """``j - pos(i)`` for every (query, key) pair, with queries at the last positions."""
-    pos_q = query_positions(n_q, n_kv, device=device)  # absolute position of query i
+    pos_q = _query_positions(n_q, n_kv, device)  # absolute position of query i
     pos_k = torch.arange(n_kv, device=device)
     return pos_k[None, :] - pos_q[:, None]  # (N_Q, N_KV)
 
@@ -90,7 +97,14 @@ def causal_mask(
     Lesson: 04_masks_and_layers.
     """
     n_q, n_kv = _sizes(n_q, n_kv)
+    return _causal_mask(n_q, n_kv, device)
+
+
+def _causal_mask(n_q: int, n_kv: int, device: torch.device | str | None = None) -> torch.Tensor:
     return _offsets(n_q, n_kv, device) <= 0  # key j at or before the query's position
+
+
+causal_mask.unchecked = _causal_mask
 
 
 def sliding_window_mask(

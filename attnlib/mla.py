@@ -57,28 +57,32 @@ import torch
 from torch import nn
 
 from attnlib._checks import (
-    check_attention_inputs,
+    check_attention_call,
+    check_attention_options,
     check_bool,
+    check_cache,
+    check_choice,
     check_divisible,
     check_even,
+    check_input,
     check_last_dim,
     check_matrix,
-    check_module_inputs,
     check_nonnegative_int,
     check_optional_positive_int,
     check_positive_float,
     check_positive_int,
+    check_qkv,
     check_tensor,
-    entry_point,
-    nested_call,
 )
 from attnlib._params import init_weight
-from attnlib.cache import LatentCache
-from attnlib.core import attention
-from attnlib.gqa import GroupedQueryAttention
+from attnlib.cache import LatentCache, Rows, StaticLatentCache
+from attnlib.core import IMPLS, attention
+from attnlib.device import work_dtype
+from attnlib.gqa import GroupedQueryAttention, grouped_query_attention
 from attnlib.heads import head_mask, kv_head_index, merge_heads, split_heads
 from attnlib.norms import rms_norm
-from attnlib.rope import apply_rope, rope_positions
+from attnlib.rope import rope_cos_sin, rope_positions, rope_rotate
+from attnlib.variants import register_attention
 
 __all__ = [
     "MultiHeadLatentAttention",
@@ -89,7 +93,6 @@ __all__ = [
 ]
 
 
-@entry_point
 def mla_naive(
     L_Q: torch.Tensor,
     L: torch.Tensor,
@@ -137,20 +140,25 @@ def mla_naive(
 
     Lesson: 07_mla (decoupled RoPE: 08_rope).
     """
-    _check_mla_inputs(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R, k_R, mask, causal, scale, impl)
+    _check_latents(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R, k_R, mask, causal, scale, impl)
+    return _mla_naive(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R=q_R, k_R=k_R, mask=mask,
+                      causal=causal, scale=scale, impl=impl)
+
+
+def _mla_naive(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, *, q_R=None, k_R=None, mask=None,
+               causal=False, scale=None, impl="auto") -> torch.Tensor:
     d_rope = 0 if q_R is None else q_R.shape[-1]
     scale = 1.0 / math.sqrt(W_LK.shape[1] // n_heads + d_rope) if scale is None else scale
-    Q = split_heads(L_Q @ W_LQQ, n_heads)  # (..., H, N_Q, d_head)   Q_h = L_Q W_LQQ^h
-    K = split_heads(L @ W_LK, n_heads)  # (..., H, N_KV, d_head)     K_h = L W_LK^h
-    V = split_heads(L @ W_LV, n_heads)  # (..., H, N_KV, d_v)        V_h = L W_LV^h
+    Q = split_heads.unchecked(L_Q @ W_LQQ, n_heads)  # (..., H, N_Q, d_head)   Q_h = L_Q W_LQQ^h
+    K = split_heads.unchecked(L @ W_LK, n_heads)  # (..., H, N_KV, d_head)     K_h = L W_LK^h
+    V = split_heads.unchecked(L @ W_LV, n_heads)  # (..., H, N_KV, d_v)        V_h = L W_LV^h
     if d_rope:  # [Q_h | q_R,h] . [K_h | k_R]: one rotated key for every head
         Q = torch.cat((Q, q_R), dim=-1)  # (..., H, N_Q, d_head + d_R)
         K = torch.cat((K, k_R.unsqueeze(-3).expand(*K.shape[:-1], d_rope)), dim=-1)
-    Y = attention(Q, K, V, mask=mask, causal=causal, scale=scale, impl=impl)  # (..., H, N_Q, d_v)
-    return merge_heads(Y) @ W_O  # (..., N_Q, H d_v) @ (H d_v, d_out)
+    Y = attention.unchecked(Q, K, V, mask=mask, causal=causal, scale=scale, impl=impl)
+    return merge_heads.unchecked(Y) @ W_O  # (..., N_Q, H d_v) @ (H d_v, d_out)
 
 
-@entry_point
 def mla_absorbed(
     L_Q: torch.Tensor,
     L: torch.Tensor,
@@ -196,25 +204,30 @@ def mla_absorbed(
 
     Lesson: 07_mla (decoupled RoPE: 08_rope).
     """
-    _check_mla_inputs(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R, k_R, mask, causal, scale, impl)
+    _check_latents(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R, k_R, mask, causal, scale, impl)
+    return _mla_absorbed(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R=q_R, k_R=k_R, mask=mask,
+                         causal=causal, scale=scale, impl=impl)
+
+
+def _mla_absorbed(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, *, q_R=None, k_R=None, mask=None,
+                  causal=False, scale=None, impl="auto") -> torch.Tensor:
     H, d_head, d_v = n_heads, W_LK.shape[1] // n_heads, W_LV.shape[1] // n_heads
     d_rope = 0 if q_R is None else q_R.shape[-1]
     scale = 1.0 / math.sqrt(d_head + d_rope) if scale is None else scale
     W_LK_T = W_LK.unflatten(1, (H, d_head)).permute(1, 2, 0)  # (H, d_head, d_L): (W_LK^h)^T
     W_LV_h = W_LV.unflatten(1, (H, d_v)).transpose(0, 1)  # (H, d_L, d_v): W_LV^h
-    Q_L = split_heads(L_Q @ W_LQQ, H) @ W_LK_T  # (..., H, N_Q, d_L)  Q_h (W_LK^h)^T
+    Q_L = split_heads.unchecked(L_Q @ W_LQQ, H) @ W_LK_T  # (..., H, N_Q, d_L)  Q_h (W_LK^h)^T
     K_L = L if not d_rope else torch.cat((L, k_R), dim=-1)  # (..., N_KV, d_L + d_R)
     if d_rope:
         Q_L = torch.cat((Q_L, q_R), dim=-1)  # (..., H, N_Q, d_L + d_R)
-    # One key/value head for all H query heads; expand() is a view (no copy), and fused
-    # SDPA kernels, which want equal head counts, stay usable.
-    K_L, V_L = (T.unsqueeze(-3).expand(*T.shape[:-2], H, *T.shape[-2:]) for T in (K_L, L))
-    Y_L = attention(Q_L, K_L, V_L, mask=mask, causal=causal, scale=scale, impl=impl)
+    # Multi-query attention: ONE key/value head, the latent, read by all H query heads
+    Y_L = grouped_query_attention.unchecked(
+        Q_L, K_L.unsqueeze(-3), L.unsqueeze(-3), mask=mask, causal=causal, scale=scale, impl=impl,
+    )  # (..., H, N_Q, d_L): Z_h^-1 A_h L
     Y = Y_L @ W_LV_h  # (..., H, N_Q, d_v)  (Z_h^-1 A_h L) W_LV^h
-    return merge_heads(Y) @ W_O  # (..., N_Q, H d_v) @ (H d_v, d_out)
+    return merge_heads.unchecked(Y) @ W_O  # (..., N_Q, H d_v) @ (H d_v, d_out)
 
 
-@entry_point
 def mla_merged_weights(
     W_LQQ: torch.Tensor,
     W_LK: torch.Tensor,
@@ -245,8 +258,11 @@ def mla_merged_weights(
 
     Lesson: 07_mla.
     """
-    if not nested_call():
-        _check_factors(W_LQQ, W_LK, W_LV, W_O, n_heads)
+    _check_factors(W_LQQ, W_LK, W_LV, W_O, n_heads)
+    return _mla_merged_weights(W_LQQ, W_LK, W_LV, W_O, n_heads)
+
+
+def _mla_merged_weights(W_LQQ, W_LK, W_LV, W_O, n_heads) -> dict[str, torch.Tensor]:
     H, d_q, d_latent, d_out = n_heads, W_LQQ.shape[0], W_LK.shape[0], W_O.shape[1]
     d_head, d_v = W_LK.shape[1] // H, W_LV.shape[1] // H
     W_LQQ_h = W_LQQ.reshape(d_q, H, d_head)  # [:, h] is column block W_LQQ^h
@@ -366,9 +382,8 @@ class MultiHeadLatentAttention(nn.Module):
         without a query latent); see :func:`mla_merged_weights`. ``forward(absorbed=True)``
         does not use them: it applies the factors in the absorbed order instead.
         """
-        return mla_merged_weights(self.W_LQQ, self.W_LK, self.W_LV, self.W_O, self.n_heads)
+        return _mla_merged_weights(self.W_LQQ, self.W_LK, self.W_LV, self.W_O, self.n_heads)
 
-    @entry_point
     def forward(
         self,
         X: torch.Tensor,
@@ -399,36 +414,76 @@ class MultiHeadLatentAttention(nn.Module):
         Returns:
             ``(..., N, d_out)``; the two paths agree up to rounding.
         """
-        check_module_inputs(
-            X, d_in=self.d_in, like=self.W_L, causal=causal, mask=mask, positions=positions,
-            cache=cache, cache_type=LatentCache, impl=impl, absorbed=absorbed,
-        )
+        self._check(X, causal=causal, mask=mask, positions=positions, cache=cache,
+                    absorbed=absorbed, impl=impl)
+        return self._forward(X, causal=causal, mask=mask, positions=positions, cache=cache,
+                             absorbed=absorbed, impl=impl)
+
+    def _forward(
+        self,
+        X: torch.Tensor,
+        *,
+        causal: bool = False,
+        mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        cache: LatentCache | None = None,
+        absorbed: bool = False,
+        impl: str = "auto",
+    ) -> torch.Tensor:
+        """:meth:`forward` without its input check: what a block runs."""
         L = X @ self.W_L  # (..., N, d_L)  the latent: with k_R, all that is cached
         L_Q = X if self.W_LQ is None else X @ self.W_LQ  # (..., N, d_Q)
         if self.latent_norm:
-            L = rms_norm(L, self.g_L, 1e-6)
-            L_Q = L_Q if self.g_LQ is None else rms_norm(L_Q, self.g_LQ, 1e-6)
+            L = rms_norm.unchecked(L, self.g_L, 1e-6)
+            L_Q = L_Q if self.g_LQ is None else rms_norm.unchecked(L_Q, self.g_LQ, 1e-6)
         q_R = k_R = None
         if self.d_rope:
             q_R, k_R = self._rope_parts(X, L_Q, positions, 0 if cache is None else cache.n_tokens)
         if cache is not None:
-            L, k_R = cache.update(L, k_R)  # every token so far; k_R already rotated
-        mla = mla_absorbed if absorbed else mla_naive
+            L, k_R = cache._append(L, k_R)  # every token so far; k_R already rotated
+        mla = _mla_absorbed if absorbed else _mla_naive
         return mla(
             L_Q, L, self.W_LQQ, self.W_LK, self.W_LV, self.W_O, self.n_heads, q_R=q_R, k_R=k_R,
-            mask=head_mask(mask), causal=causal, scale=self.scale, impl=impl,
+            mask=head_mask.unchecked(mask), causal=causal, scale=self.scale, impl=impl,
         )
+
+    def new_cache(self, max_tokens: int | None = None) -> LatentCache:
+        """An empty cache for this layer: a :class:`~attnlib.cache.LatentCache`, or with
+        ``max_tokens`` a :class:`~attnlib.cache.StaticLatentCache` (no copies as it grows)."""
+        return LatentCache() if max_tokens is None else StaticLatentCache(max_tokens)
+
+    def _check(self, X, *, causal=False, mask=None, positions=None, cache=None, absorbed=False,
+               impl="auto") -> None:
+        """The arguments of :meth:`forward`; a block checks its own with it."""
+        check_input("X", X, self.d_in, self.W_L, "d_in of this module")
+        if cache is not None:
+            self._check_cache(cache, X.shape[:-2], X.shape[-2])
+        check_choice("impl", impl, IMPLS)
+        n_kv = X.shape[-2] + (0 if cache is None else cache.n_tokens)
+        check_attention_call(X, causal=causal, mask=mask, positions=positions, n_kv=n_kv,
+                             absorbed=absorbed)
+
+    def _check_cache(self, cache: object, batch: tuple[int, ...], n: int) -> None:
+        """``cache`` is a :class:`~attnlib.cache.LatentCache` that takes ``n`` new tokens."""
+        check_cache(cache, LatentCache)
+        like = self.W_L
+        L = Rows((*batch, n, self.d_latent), like.dtype, like.device)
+        k_R = Rows((*batch, n, self.d_rope), like.dtype, like.device) if self.d_rope else None
+        cache._check_next(L, k_R)
 
     def _rope_parts(
         self, X: torch.Tensor, L_Q: torch.Tensor, positions: torch.Tensor | None, start: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``q_R (..., H, N, d_R)`` per head and the one shared ``k_R (..., N, d_R)``, rotated."""
-        rope = {"base": self.rope_base, "interleaved": self.rope_interleaved}
         pos = rope_positions(positions, X.shape[-2], start=start, device=X.device)
-        q_R = apply_rope(split_heads(L_Q @ self.W_QR, self.n_heads), pos, **rope)
+        cos, sin = rope_cos_sin.unchecked(pos, self.d_rope, base=self.rope_base,
+                                          dtype=work_dtype(X.dtype))
+        q_R = split_heads.unchecked(L_Q @ self.W_QR, self.n_heads)  # (..., H, N, d_R)
         # k_R has no head axis; a singleton one lines it up with positions of shape (B, 1, N).
-        k_R = apply_rope((X @ self.W_KR).unsqueeze(-3), pos, **rope).squeeze(-3)
-        return q_R, k_R
+        k_R = (X @ self.W_KR).unsqueeze(-3)  # (..., 1, N, d_R)
+        rotate = {"interleaved": self.rope_interleaved}
+        q_R, k_R = rope_rotate(q_R, cos, sin, **rotate), rope_rotate(k_R, cos, sin, **rotate)
+        return q_R, k_R.squeeze(-3)
 
     def extra_repr(self) -> str:
         parts = [
@@ -445,7 +500,34 @@ class MultiHeadLatentAttention(nn.Module):
         return ", ".join(parts)
 
 
-@entry_point
+@register_attention("mla")
+def _mla_sublayer(
+    d_model: int,
+    n_heads: int,
+    d_head: int,
+    *,
+    d_latent: int | None = None,
+    d_latent_q: int | None = None,
+    d_rope: int = 0,
+    rope_base: float | None = None,
+    n_kv_heads: int | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+) -> MultiHeadLatentAttention:
+    """A block's ``attention="mla"``: ``d_latent`` is required; ``rope_base=None`` means 10,000."""
+    if n_kv_heads is not None:
+        raise ValueError(
+            "n_kv_heads applies to attention='gqa' only (MLA caches a latent, "
+            f"not KV heads); got {n_kv_heads!r}"
+        )
+    if d_latent is None:
+        raise ValueError("d_latent must be set when attention='mla'; got None")
+    return MultiHeadLatentAttention(
+        d_model, n_heads, d_head, d_latent, d_latent_q=d_latent_q, d_rope=d_rope,
+        rope_base=10000.0 if rope_base is None else rope_base, device=device, dtype=dtype,
+    )
+
+
 def mla_from_mha(attn: GroupedQueryAttention, d_latent: int) -> MultiHeadLatentAttention:
     """Convert MHA/GQA to MLA by a truncated SVD: ``[W_K | W_V] ~ U_r S_r V_r^T``, ``r = d_latent``.
 
@@ -502,7 +584,7 @@ def mla_from_mha(attn: GroupedQueryAttention, d_latent: int) -> MultiHeadLatentA
         root = S[:d_latent].sqrt()
         W_L = U[:, :d_latent] * root  # (d_in, r) = U_r S_r^{1/2}
         W_LKV = root[:, None] * Vh[:d_latent]  # (r, 2 G d_head) = S_r^{1/2} V_r^T
-        group = kv_head_index(H, G, device=W_ref.device)  # query head h -> KV head h // s
+        group = kv_head_index.unchecked(H, G, W_ref.device)  # query head h -> KV head h // s
         W_LK, W_LV = (
             W.reshape(d_latent, G, d_head)[:, group].reshape(d_latent, H * d_head)
             for W in W_LKV.split(G * d_head, dim=1)
@@ -557,10 +639,8 @@ def _check_factors(W_LQQ, W_LK, W_LV, W_O, n_heads, d_q=None, d_latent=None) -> 
     check_matrix("W_O", W_O, W_LV.shape[1])
 
 
-def _check_mla_inputs(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R, k_R, mask, causal, scale,
-                      impl) -> None:
-    if nested_call():
-        return
+def _check_latents(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R, k_R, mask, causal, scale,
+                   impl) -> None:
     check_tensor("L_Q", L_Q, min_dim=2)
     check_tensor("L", L, min_dim=2)
     _check_factors(W_LQQ, W_LK, W_LV, W_O, n_heads, L_Q.shape[-1], L.shape[-1])
@@ -588,7 +668,8 @@ def _check_mla_inputs(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R, k_R, mask, c
     def heads(T: torch.Tensor) -> torch.Tensor:
         return T[..., :0].unsqueeze(-3).expand(*T.shape[:-2], n_heads, T.shape[-2], 0)
 
-    check_attention_inputs(heads(L_Q), heads(L), mask=mask, causal=causal, scale=scale, impl=impl)
+    logits = (*check_qkv(heads(L_Q), heads(L)), L_Q.shape[-2], L.shape[-2])
+    check_attention_options(mask, causal, scale, impl, logits=logits, device=L.device)
 
 
 def _check_config(d_in, n_heads, d_head, d_latent, d_latent_q, d_rope, d_v, d_out, latent_norm,

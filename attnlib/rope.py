@@ -37,8 +37,6 @@ from attnlib._checks import (
     check_positive_float,
     check_positive_int,
     check_tensor,
-    entry_point,
-    nested_call,
 )
 from attnlib.device import work_dtype
 
@@ -54,7 +52,6 @@ __all__ = [
 ]
 
 
-@entry_point
 def apply_rope(
     X: torch.Tensor,
     positions: torch.Tensor,
@@ -88,19 +85,29 @@ def apply_rope(
     Lesson: 08_rope.
     """
     _check_rope_inputs(X, positions, base, interleaved)
+    return _apply_rope(X, positions, base=base, interleaved=interleaved)
+
+
+def _apply_rope(
+    X: torch.Tensor, positions: torch.Tensor, *, base: float = 10000.0, interleaved: bool = False
+) -> torch.Tensor:
     positions = torch.as_tensor(positions, device=X.device)
-    cos, sin = rope_cos_sin(positions, X.shape[-1], base=base, dtype=work_dtype(X.dtype))
+    cos, sin = _rope_cos_sin(positions, X.shape[-1], base=base, dtype=work_dtype(X.dtype))
     return rope_rotate(X, cos, sin, interleaved=interleaved)
 
 
-@entry_point
+apply_rope.unchecked = _apply_rope
+
+
 def rope_rotate(
     X: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool = False
 ) -> torch.Tensor:
     """Turn each pair ``(x, y)`` of ``X`` to ``(x cos - y sin, x sin + y cos)``.
 
     Compute ``cos`` and ``sin`` once (:func:`rope_cos_sin`) and rotate the queries and
-    the keys of a forward pass with them.
+    the keys of a forward pass with them. A building block for callers that checked their
+    inputs (the attention modules): it checks nothing; :func:`apply_rope` is the checked
+    way in.
 
     Args:
         X: ``(..., N, d)``.
@@ -113,9 +120,6 @@ def rope_rotate(
 
     Lesson: 08_rope.
     """
-    if not nested_call():
-        check_tensor("X", X, min_dim=1)
-        check_even("X.shape[-1]", X.shape[-1], "RoPE rotates coordinates in pairs")
     d = X.shape[-1]
     Xw = X.to(cos.dtype)
     x, y = (Xw[..., 0::2], Xw[..., 1::2]) if interleaved else (Xw[..., : d // 2], Xw[..., d // 2 :])
@@ -124,7 +128,6 @@ def rope_rotate(
     return out.to(X.dtype)
 
 
-@entry_point
 def rope_cos_sin(
     positions: torch.Tensor, d: int, *, base: float = 10000.0, dtype: torch.dtype = torch.float32
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -142,11 +145,19 @@ def rope_cos_sin(
     Lesson: 08_rope.
     """
     _check_angle_inputs(positions, d, base)
-    angles = rope_angles(positions, d, base=base)  # (..., N, d/2), float64
+    return _rope_cos_sin(positions, d, base=base, dtype=dtype)
+
+
+def _rope_cos_sin(
+    positions: torch.Tensor, d: int, *, base: float = 10000.0, dtype: torch.dtype = torch.float32
+) -> tuple[torch.Tensor, torch.Tensor]:
+    angles = _rope_angles(positions, d, base=base)  # (..., N, d/2), float64
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
-@entry_point
+rope_cos_sin.unchecked = _rope_cos_sin
+
+
 def rope_angles(positions: torch.Tensor, d: int, *, base: float = 10000.0) -> torch.Tensor:
     """Angles ``positions[..., None] * theta`` of every pair (float64).
 
@@ -161,11 +172,14 @@ def rope_angles(positions: torch.Tensor, d: int, *, base: float = 10000.0) -> to
     Lesson: 08_rope.
     """
     _check_angle_inputs(positions, d, base)
-    theta = rope_frequencies(d, base=base, device=positions.device)  # (d/2,)
+    return _rope_angles(positions, d, base=base)
+
+
+def _rope_angles(positions: torch.Tensor, d: int, *, base: float = 10000.0) -> torch.Tensor:
+    theta = _rope_frequencies(d, base=base, device=positions.device)  # (d/2,)
     return positions.to(theta.dtype)[..., None] * theta
 
 
-@entry_point
 def rope_frequencies(
     d: int, *, base: float = 10000.0, device: torch.device | str | None = None
 ) -> torch.Tensor:
@@ -185,9 +199,14 @@ def rope_frequencies(
 
     Lesson: 08_rope.
     """
-    if not nested_call():
-        _check_width(d)
-        check_positive_float("base", base)
+    _check_width(d)
+    check_positive_float("base", base)
+    return _rope_frequencies(d, base=base, device=device)
+
+
+def _rope_frequencies(
+    d: int, *, base: float = 10000.0, device: torch.device | str | None = None
+) -> torch.Tensor:
     device = torch.device("cpu") if device is None else torch.device(device)
     # Angles in float64 keep m * theta accurate at large positions; MPS has no float64.
     dtype = torch.float32 if device.type == "mps" else torch.float64
@@ -195,7 +214,6 @@ def rope_frequencies(
     return float(base) ** (-2.0 * i / d)
 
 
-@entry_point
 def rope_positions(
     positions: torch.Tensor | None,
     n: int,
@@ -207,7 +225,8 @@ def rope_positions(
 
     An attention module takes ``positions`` as ``(N,)`` or ``(B, N)``; the head axis is
     inserted here so they broadcast against ``(B, H, N, d)``. ``None`` means the next
-    ``n`` positions after ``start`` tokens (a cache's ``n_tokens``).
+    ``n`` positions after ``start`` tokens (a cache's ``n_tokens``). A building block for
+    the attention modules, which checked ``positions``: it checks nothing.
 
     Args:
         positions: ``(N,)``, ``(B, N)`` or None.
@@ -255,7 +274,7 @@ def rope_matrix(
 
     Lesson: 08_rope.
     """
-    angles = float(position) * rope_frequencies(d, base=base)  # (d/2,)
+    angles = float(position) * rope_frequencies(d, base=base)  # (d/2,); checks d and base
     R = torch.zeros(d, d, dtype=torch.float64)
     for i, a in enumerate(angles.tolist()):
         p, q = (2 * i, 2 * i + 1) if interleaved else (i, i + d // 2)
@@ -297,16 +316,12 @@ def _check_width(d: object) -> None:
 
 
 def _check_angle_inputs(positions: object, d: object, base: object) -> None:
-    if nested_call():
-        return
     check_tensor("positions", positions, min_dim=0, floating=False)
     _check_width(d)
     check_positive_float("base", base)
 
 
 def _check_rope_inputs(X: object, positions: object, base: object, interleaved: object) -> None:
-    if nested_call():
-        return
     check_tensor("X", X, min_dim=2)
     check_even("X.shape[-1]", X.shape[-1], "RoPE rotates coordinates in pairs")
     check_positive_float("base", base)

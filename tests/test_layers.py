@@ -399,3 +399,132 @@ def _bad_cases():
 def test_bad_input_names_the_argument(argument, call, error):
     with pytest.raises(error, match=argument):
         call()
+
+
+# --- what trained weights depend on: the names in state_dict ---------------------------
+
+
+def _block_keys(i: int, attn: list[str], extra: list[str] = ()) -> list[str]:
+    return ([f"blocks.{i}.attn.{n}" for n in attn] + [f"blocks.{i}.attn_norm.g"]
+            + [f"blocks.{i}.ffn.{n}" for n in ("W_gate", "W_up", "W_down")]
+            + [f"blocks.{i}.ffn_norm.g"] + [f"blocks.{i}.{n}" for n in extra])
+
+
+def test_state_dict_keys_are_pinned():
+    """Weights saved from a TinyDecoder load into this one: the keys, and their order, of
+    attnlib 0.2, written out."""
+    gqa = TinyDecoder(50, 16, 2, 4, n_kv_heads=2, attention="gqa", seed=0)
+    assert list(gqa.state_dict()) == [
+        "E",
+        *_block_keys(0, ["W_Q", "W_K", "W_V", "W_O"]),
+        *_block_keys(1, ["W_Q", "W_K", "W_V", "W_O"]),
+        "final_norm.g",
+    ]
+    mla = TinyDecoder(50, 16, 2, 4, attention="mla", d_latent=6, d_latent_q=5, d_rope=4,
+                      norm="peri", seed=0)
+    mla_weights = ["W_L", "W_LK", "W_LV", "W_LQ", "W_LQQ", "W_O", "W_QR", "W_KR"]
+    assert list(mla.state_dict()) == [
+        "E",
+        *_block_keys(0, mla_weights, ["attn_out_norm.g", "ffn_out_norm.g"]),
+        *_block_keys(1, mla_weights, ["attn_out_norm.g", "ffn_out_norm.g"]),
+        "emb_norm.g",
+        "final_norm.g",
+    ]
+    untied = TinyDecoder(50, 16, 1, 4, norm="post", tie_weights=False, seed=0)
+    assert list(untied.state_dict()) == ["E", "W_out", *_block_keys(0, ["W_Q", "W_K", "W_V",
+                                                                         "W_O"])]
+
+
+# --- checks run once per call -------------------------------------------------------------
+
+
+def _check_calls(fn) -> int:
+    """Calls of attnlib functions named check_* or _check* while ``fn()`` runs."""
+    import sys
+    from pathlib import Path
+
+    import attnlib
+
+    package, calls = str(Path(attnlib.__file__).parent), []
+
+    def hook(frame, event, arg):
+        code = frame.f_code
+        if (event == "call" and code.co_filename.startswith(package)
+                and code.co_name.startswith(("check_", "_check"))):
+            calls.append(code.co_name)
+
+    sys.setprofile(hook)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return len(calls)
+
+
+@pytest.mark.parametrize("attention", ["gqa", "mla"])
+def test_generate_checks_its_arguments_once_not_per_step(attention):
+    kw = {"d_latent": 6, "d_rope": 4} if attention == "mla" else {"n_kv_heads": 2}
+    ids = torch.tensor([[1, 2, 3]])
+    one_layer = TinyDecoder(30, 16, 1, 4, attention=attention, seed=0, **kw)
+    three_layers = TinyDecoder(30, 16, 3, 4, attention=attention, seed=0, **kw)
+    counts = {(n, m.n_layers): _check_calls(lambda m=m, n=n: m.generate(ids, n))
+              for m in (one_layer, three_layers) for n in (1, 8)}
+    for n_layers in (1, 3):  # the same checks, however many tokens are generated
+        assert counts[1, n_layers] == counts[8, n_layers], counts
+    assert 0 < counts[1, 1] <= 6, counts
+    # more layers add only the check of each preallocated cache's size, when it is made
+    assert counts[1, 3] - counts[1, 1] == 2, counts
+
+
+def test_a_forward_checks_once_and_its_sublayers_not_at_all():
+    block = TransformerBlock(16, 4, n_kv_heads=2)
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        assert _check_calls(lambda: block._forward(x, causal=True)) == 0
+        assert _check_calls(lambda: block(x, causal=True)) > 0
+
+
+# --- the registry of attention variants --------------------------------------------------
+
+
+def test_a_registered_variant_is_built_by_blocks_and_decoders():
+    from attnlib.gqa import GroupedQueryAttention
+    from attnlib.variants import ATTENTION, register_attention
+
+    @register_attention("test-mqa")
+    def build(d_model, n_heads, d_head, *, rope_base=None, device=None, dtype=None):
+        return GroupedQueryAttention(d_model, n_heads, 1, d_head, rope_base=rope_base,
+                                     device=device, dtype=dtype)
+
+    try:
+        model = TinyDecoder(30, 16, 2, 4, attention="test-mqa", seed=0)
+        assert all(b.attn.n_kv_heads == 1 for b in model.blocks)
+        ids = torch.tensor([[3, 1, 4]])
+        assert torch.equal(model.generate(ids, 5), model.generate(ids, 5, use_cache=False))
+        with pytest.raises(ValueError, match=r"d_latent applies to attention='mla' only"):
+            TransformerBlock(16, 4, attention="test-mqa", d_latent=4)
+        with pytest.raises(ValueError, match="is registered"):
+            register_attention("test-mqa")(build)
+    finally:
+        del ATTENTION["test-mqa"]
+    with pytest.raises(ValueError, match=r"attention must be one of \['gqa', 'mla'\]"):
+        TransformerBlock(16, 4, attention="test-mqa")
+
+
+@pytest.mark.parametrize("attention", ["gqa", "mla"])
+def test_new_caches_with_room_equal_growing_caches(attention):
+    from attnlib.cache import StaticKVCache, StaticLatentCache
+
+    kw = {"d_latent": 6, "d_rope": 4} if attention == "mla" else {"n_kv_heads": 2}
+    model = TinyDecoder(30, 16, 2, 4, attention=attention, seed=0, **kw)
+    static = model.new_caches(max_tokens=12)
+    kind = StaticLatentCache if attention == "mla" else StaticKVCache
+    assert all(type(c) is kind for c in static)
+    growing = model.new_caches()
+    ids = torch.randint(0, 30, (2, 10))
+    with torch.no_grad():
+        for piece in (ids[:, :4], ids[:, 4:5], ids[:, 5:]):
+            torch.testing.assert_close(model(piece, caches=static), model(piece, caches=growing))
+        assert [c.n_tokens for c in static] == [10, 10]
+        with pytest.raises(ValueError, match="max_tokens=12"):
+            model(ids[:, :3], caches=static)
