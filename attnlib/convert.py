@@ -23,6 +23,7 @@ from torch import nn
 
 from attnlib.gqa import GroupedQueryAttention
 from attnlib.mla import MultiHeadLatentAttention
+from attnlib.rope import Llama3Scaling, YarnScaling
 
 __all__ = ["from_hf_llama_attention", "mla_from_deepseek"]
 
@@ -34,7 +35,9 @@ def from_hf_llama_attention(hf_attention: nn.Module) -> GroupedQueryAttention:
     ``W_Q = q_proj.weight.T``, ``W_K = k_proj.weight.T``, ``W_V = v_proj.weight.T`` and
     ``W_O = o_proj.weight.T``. The head counts, ``head_dim`` and the RoPE base come from
     ``hf_attention.config`` (``num_attention_heads``, ``num_key_value_heads``,
-    ``rope_parameters["rope_theta"]`` or ``rope_theta``). Hugging Face's Llama rotates the
+    ``rope_parameters["rope_theta"]`` or ``rope_theta``), and so does the frequency
+    scaling of long-context checkpoints (``rope_parameters["rope_type"]``: ``"llama3"``,
+    Llama 3.1's, or ``"yarn"``; see :mod:`attnlib.rope`). Hugging Face's Llama rotates the
     half-split pairs ``(i, i + d_head/2)``, attnlib's default. Nothing here imports
     ``transformers``: any module with these attributes loads.
 
@@ -78,10 +81,12 @@ def from_hf_llama_attention(hf_attention: nn.Module) -> GroupedQueryAttention:
         raise ValueError(f"hf_attention must have no biases (attention_bias=False); "
                          f"{with_bias} have one")
     base = _rope_theta(config)
+    scaling = _rope_scaling(config)
     W_Q = hf_attention.q_proj.weight
     attn = GroupedQueryAttention(
         W_Q.shape[1], config.num_attention_heads, config.num_key_value_heads,
         hf_attention.head_dim, hf_attention.o_proj.weight.shape[0], rope_base=base,
+        rope_scaling=scaling,
         device=W_Q.device, dtype=W_Q.dtype,
     )
     with torch.no_grad():
@@ -104,12 +109,15 @@ def mla_from_deepseek(attn: nn.Module) -> MultiHeadLatentAttention:
       and ``q_a_layernorm`` are ``g_L`` and ``g_LQ``.
 
     The module is read through its attributes only (this function does not import
-    ``transformers``). The copy is ``latent_norm=True`` with the source's RoPE base and
-    pairing (``config.rope_interleave``).
+    ``transformers``). The copy is ``latent_norm=True`` with the source's RoPE base,
+    pairing (``config.rope_interleave``) and frequency scaling: the released DeepSeek-V2
+    and V3 checkpoints use YaRN (``rope_type="yarn"``, factor 40), which becomes a
+    :class:`attnlib.rope.YarnScaling`, with DeepSeek's softmax scale
+    ``mscale(factor, mscale_all_dim)^2 / sqrt(d_head + d_R)`` (the source's ``scaling``).
 
     Args:
-        attn: a ``DeepseekV3Attention`` (or ``DeepseekV2Attention``) without biases and
-            without YaRN scaling (its ``scaling`` is ``1/sqrt(d_head + d_R)``).
+        attn: a ``DeepseekV3Attention`` (or ``DeepseekV2Attention``) without biases, with
+            plain RoPE or YaRN.
 
     Returns:
         :class:`MultiHeadLatentAttention` on the source's device and dtype; its forward,
@@ -127,8 +135,13 @@ def mla_from_deepseek(attn: nn.Module) -> MultiHeadLatentAttention:
         config.hidden_size, H, d_head, d_L, d_latent_q=d_LQ, d_rope=d_R, d_v=d_v,
         latent_norm=True, rope_base=_rope_theta(config),
         rope_interleaved=bool(getattr(config, "rope_interleave", False)),
-        device=ref.device, dtype=ref.dtype,
+        rope_scaling=_rope_scaling(config), device=ref.device, dtype=ref.dtype,
     )
+    if not math.isclose(attn.scaling, mla.scale, rel_tol=1e-9):
+        raise ValueError(
+            f"attn.scaling must be the softmax scale of its config, {mla.scale:.6g} (with YaRN, "
+            f"mscale^2 / sqrt(d_head + d_R)); got {attn.scaling:.6g}"
+        )
     q_proj = attn.q_proj if d_LQ is None else attn.q_b_proj
     W_q = q_proj.weight.T.reshape(-1, H, d_head + d_R)  # (d_Q, H, d_head + d_R)
     W_kv_a = attn.kv_a_proj_with_mqa.weight.T  # (d_in, d_L + d_R) = [W_L | W_KR]
@@ -148,12 +161,48 @@ def mla_from_deepseek(attn: nn.Module) -> MultiHeadLatentAttention:
     return mla
 
 
+def _rope_parameters(config: object) -> dict:
+    """A Hugging Face config's RoPE settings: ``rope_parameters`` (or an older ``rope_scaling``)."""
+    return dict(getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
+                or {})
+
+
+def _rope_scaling(config: object) -> Llama3Scaling | YarnScaling | None:
+    """The frequency scaling a Hugging Face config asks for: None, Llama 3.1's or YaRN."""
+    rope = _rope_parameters(config)
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    if rope.get("partial_rotary_factor", 1.0) != 1.0:
+        raise ValueError("config.rope_parameters must rotate whole heads (partial_rotary_factor "
+                         f"1); got {rope['partial_rotary_factor']}")
+    if kind == "default":
+        return None
+    if kind == "llama3":
+        return Llama3Scaling(
+            factor=float(rope["factor"]), low_freq_factor=float(rope["low_freq_factor"]),
+            high_freq_factor=float(rope["high_freq_factor"]),
+            original_max_positions=int(rope["original_max_position_embeddings"]),
+        )
+    if kind == "yarn":
+        original = int(rope["original_max_position_embeddings"])
+        factor = rope.get("factor") or config.max_position_embeddings / original
+        return YarnScaling(
+            factor=float(factor), original_max_positions=original,
+            beta_fast=float(rope.get("beta_fast") or 32),
+            beta_slow=float(rope.get("beta_slow") or 1),
+            mscale=rope.get("mscale"), mscale_all_dim=rope.get("mscale_all_dim"),
+            truncate=bool(rope.get("truncate", True)),
+            given_attention_factor=rope.get("attention_factor"),
+        )
+    raise ValueError(
+        "config.rope_parameters must have rope_type 'default', 'llama3' or 'yarn' (the "
+        f"scalings attnlib.rope reads); got {kind!r}"
+    )
+
+
 def _rope_theta(config: object) -> float | None:
     """The RoPE base of a Hugging Face config: ``rope_theta``, or ``rope_parameters``'s."""
     theta = getattr(config, "rope_theta", None)
-    if theta is None:
-        theta = (getattr(config, "rope_parameters", None) or {}).get("rope_theta")
-    return theta
+    return _rope_parameters(config).get("rope_theta") if theta is None else theta
 
 
 # What mla_from_deepseek reads: the module's projections, norms and scale, and the sizes of
@@ -185,15 +234,7 @@ def _check_deepseek(attn: object) -> None:
             "attn must have no biases (attnlib's MLA has none); got a config with "
             f"attention_bias={getattr(attn.config, 'attention_bias', None)!r}"
         )
-    rope = getattr(attn.config, "rope_parameters", None) or {}
-    rope_type = rope.get("rope_type", rope.get("type", "default"))
-    plain = 1.0 / math.sqrt(config.qk_nope_head_dim + config.qk_rope_head_dim)
-    if rope_type != "default" or not math.isclose(attn.scaling, plain, rel_tol=1e-9):
-        raise ValueError(
-            "attn must use plain RoPE and the scale 1/sqrt(d_head + d_R) = "
-            f"{plain:.6g}; got rope_type {rope_type!r} and scaling {attn.scaling:.6g} "
-            "(YaRN scaling is not supported)"
-        )
+    _rope_scaling(config)  # a rope_type attnlib reads
     theta = _rope_theta(attn.config)
     if theta is None:
         raise ValueError("attn.config must give a RoPE base (rope_theta); got none")

@@ -42,7 +42,7 @@ from attnlib.cache import KVCache, Rows, StaticKVCache
 from attnlib.core import IMPLS, attention
 from attnlib.device import work_dtype
 from attnlib.heads import head_mask, merge_heads, repeat_kv, split_heads
-from attnlib.rope import rope_cos_sin, rope_positions, rope_rotate
+from attnlib.rope import RopeScaling, check_rope_scaling, rope_cos_sin, rope_positions, rope_rotate
 from attnlib.variants import register_attention
 
 # PyTorch 2.5 added enable_gqa to scaled_dot_product_attention: G key/value heads for H
@@ -141,6 +141,9 @@ class GroupedQueryAttention(nn.Module):
         d_out: output width; ``None`` means ``d_in``.
         rope_base: RoPE base for self-attention; ``None`` means no RoPE.
         rope_interleaved: RoPE pairing, see :mod:`attnlib.rope`.
+        rope_scaling: a frequency scaling of long-context checkpoints
+            (:class:`attnlib.rope.Llama3Scaling`, :class:`attnlib.rope.YarnScaling`), or
+            None; needs ``rope_base``.
         device: where the parameters live.
         dtype: their dtype.
 
@@ -162,14 +165,17 @@ class GroupedQueryAttention(nn.Module):
         *,
         rope_base: float | None = None,
         rope_interleaved: bool = False,
+        rope_scaling: RopeScaling | None = None,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        _check_config(d_in, n_heads, n_kv_heads, d_head, d_out, rope_base, rope_interleaved)
+        _check_config(d_in, n_heads, n_kv_heads, d_head, d_out, rope_base, rope_interleaved,
+                      rope_scaling)
         self.d_in, self.n_heads, self.n_kv_heads, self.d_head = d_in, n_heads, n_kv_heads, d_head
         self.d_out = d_in if d_out is None else d_out
         self.rope_base, self.rope_interleaved = rope_base, rope_interleaved
+        self.rope_scaling = rope_scaling
         kw = {"device": device, "dtype": dtype}
         self.W_Q = init_weight(d_in, n_heads * d_head, **kw)
         self.W_K = init_weight(d_in, n_kv_heads * d_head, **kw)
@@ -270,12 +276,14 @@ class GroupedQueryAttention(nn.Module):
         """Rotate the queries and keys of the new tokens with one set of angles."""
         pos = rope_positions(positions, Q.shape[-2], start=start, device=Q.device)
         cos, sin = rope_cos_sin.unchecked(pos, self.d_head, base=self.rope_base,
-                                          dtype=work_dtype(Q.dtype))
+                                          scaling=self.rope_scaling, dtype=work_dtype(Q.dtype))
         rotate = {"interleaved": self.rope_interleaved}
         return rope_rotate(Q, cos, sin, **rotate), rope_rotate(K, cos, sin, **rotate)
 
     def extra_repr(self) -> str:
         rope = "" if self.rope_base is None else f", rope_base={self.rope_base:g}"
+        if self.rope_scaling is not None:
+            rope += f", rope_scaling={self.rope_scaling}"
         return (
             f"d_in={self.d_in}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
             f"d_head={self.d_head}, d_out={self.d_out}{rope}"
@@ -374,7 +382,8 @@ def gqa_from_mha(attn: GroupedQueryAttention, n_kv_heads: int) -> GroupedQueryAt
     W_ref = attn.W_Q
     out = GroupedQueryAttention(
         d_in, attn.n_heads, G, d_head, attn.d_out, rope_base=attn.rope_base,
-        rope_interleaved=attn.rope_interleaved, device=W_ref.device, dtype=W_ref.dtype,
+        rope_interleaved=attn.rope_interleaved, rope_scaling=attn.rope_scaling,
+        device=W_ref.device, dtype=W_ref.dtype,
     )
     with torch.no_grad():
         out.W_Q.copy_(attn.W_Q)  # queries are never shared: every head keeps its own
@@ -401,7 +410,8 @@ def _check_grouped(Q, K, V, mask, causal, scale, impl) -> None:
     check_attention_options(mask, causal, scale, impl, logits=logits, device=Q.device)
 
 
-def _check_config(d_in, n_heads, n_kv_heads, d_head, d_out, rope_base, rope_interleaved) -> None:
+def _check_config(d_in, n_heads, n_kv_heads, d_head, d_out, rope_base, rope_interleaved,
+                  rope_scaling) -> None:
     for name, value in (("d_in", d_in), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads),
                         ("d_head", d_head)):
         check_positive_int(name, value)
@@ -415,3 +425,4 @@ def _check_config(d_in, n_heads, n_kv_heads, d_head, d_out, rope_base, rope_inte
             raise ValueError(
                 f"d_head must be even when rope_base is set (RoPE rotates pairs); got {d_head}"
             )
+    check_rope_scaling(rope_scaling, rope_base)

@@ -81,7 +81,14 @@ from attnlib.device import work_dtype
 from attnlib.gqa import GroupedQueryAttention, grouped_query_attention
 from attnlib.heads import head_mask, kv_head_index, merge_heads, split_heads
 from attnlib.norms import rms_norm
-from attnlib.rope import rope_cos_sin, rope_positions, rope_rotate
+from attnlib.rope import (
+    RopeScaling,
+    YarnScaling,
+    check_rope_scaling,
+    rope_cos_sin,
+    rope_positions,
+    rope_rotate,
+)
 from attnlib.variants import register_attention
 
 __all__ = [
@@ -314,6 +321,9 @@ class MultiHeadLatentAttention(nn.Module):
         rope_base: RoPE base for the decoupled part; unused (and may be None) when
             ``d_rope = 0``.
         rope_interleaved: RoPE pairing, see :mod:`attnlib.rope`.
+        rope_scaling: a frequency scaling of the decoupled RoPE
+            (:class:`attnlib.rope.YarnScaling` for DeepSeek-V2 and V3, which also
+            multiplies the softmax scale by its ``softmax_factor``), or None.
         device: where the parameters live.
         dtype: their dtype.
 
@@ -342,12 +352,13 @@ class MultiHeadLatentAttention(nn.Module):
         latent_norm: bool = False,
         rope_base: float | None = 10000.0,
         rope_interleaved: bool = False,
+        rope_scaling: RopeScaling | None = None,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         _check_config(d_in, n_heads, d_head, d_latent, d_latent_q, d_rope, d_v, d_out,
-                      latent_norm, rope_base, rope_interleaved)
+                      latent_norm, rope_base, rope_interleaved, rope_scaling)
         self.d_in, self.n_heads, self.d_head, self.d_latent = d_in, n_heads, d_head, d_latent
         self.d_latent_q, self.d_rope = d_latent_q, d_rope
         self.d_v = d_head if d_v is None else d_v
@@ -355,6 +366,7 @@ class MultiHeadLatentAttention(nn.Module):
         self.latent_norm, self.rope_base, self.rope_interleaved = (
             latent_norm, rope_base, rope_interleaved
         )
+        self.rope_scaling = rope_scaling
         kw = {"device": device, "dtype": dtype}
         H, d_q = n_heads, d_in if d_latent_q is None else d_latent_q
         self.W_L = init_weight(d_in, d_latent, **kw)
@@ -372,8 +384,11 @@ class MultiHeadLatentAttention(nn.Module):
 
     @property
     def scale(self) -> float:
-        """The logit scale ``1/sqrt(d_head + d_R)``."""
-        return 1.0 / math.sqrt(self.d_head + self.d_rope)
+        """The logit scale ``1/sqrt(d_head + d_R)``, times DeepSeek's ``softmax_factor`` of a
+        :class:`~attnlib.rope.YarnScaling` (``mscale(factor, mscale_all_dim)^2``)."""
+        yarn = isinstance(self.rope_scaling, YarnScaling)
+        return (self.rope_scaling.softmax_factor if yarn else 1.0) / math.sqrt(
+            self.d_head + self.d_rope)
 
     def merged_weights(self) -> dict[str, torch.Tensor]:
         """The paper's absorbed weights ``{"W_LQK": (H, d_Q, d_L), "W_LO": (H*d_L, d_out)}``.
@@ -477,7 +492,7 @@ class MultiHeadLatentAttention(nn.Module):
         """``q_R (..., H, N, d_R)`` per head and the one shared ``k_R (..., N, d_R)``, rotated."""
         pos = rope_positions(positions, X.shape[-2], start=start, device=X.device)
         cos, sin = rope_cos_sin.unchecked(pos, self.d_rope, base=self.rope_base,
-                                          dtype=work_dtype(X.dtype))
+                                          scaling=self.rope_scaling, dtype=work_dtype(X.dtype))
         q_R = split_heads.unchecked(L_Q @ self.W_QR, self.n_heads)  # (..., H, N, d_R)
         # k_R has no head axis; a singleton one lines it up with positions of shape (B, 1, N).
         k_R = (X @ self.W_KR).unsqueeze(-3)  # (..., 1, N, d_R)
@@ -497,6 +512,8 @@ class MultiHeadLatentAttention(nn.Module):
         parts.append(f"d_v={self.d_v}, d_out={self.d_out}")
         if self.latent_norm:
             parts.append("latent_norm=True")
+        if self.rope_scaling is not None:
+            parts.append(f"rope_scaling={self.rope_scaling}")
         return ", ".join(parts)
 
 
@@ -673,7 +690,7 @@ def _check_latents(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R, k_R, mask, caus
 
 
 def _check_config(d_in, n_heads, d_head, d_latent, d_latent_q, d_rope, d_v, d_out, latent_norm,
-                  rope_base, rope_interleaved) -> None:
+                  rope_base, rope_interleaved, rope_scaling) -> None:
     for name, value in (("d_in", d_in), ("n_heads", n_heads), ("d_head", d_head),
                         ("d_latent", d_latent)):
         check_positive_int(name, value)
@@ -685,3 +702,4 @@ def _check_config(d_in, n_heads, d_head, d_latent, d_latent_q, d_rope, d_v, d_ou
     check_bool("rope_interleaved", rope_interleaved)
     if rope_base is not None or d_rope > 0:
         check_positive_float("rope_base", rope_base)
+    check_rope_scaling(rope_scaling, rope_base)

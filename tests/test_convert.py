@@ -70,7 +70,8 @@ def _deepseek_attention(q_lora_rank, rope_interleave=True, **overrides):
     })
     hf = DeepseekV3Attention(config, layer_idx=0).eval()
     with torch.no_grad():
-        for norm in (hf.kv_a_layernorm, hf.q_a_layernorm):
+        # transformers 5.0 has no q_a_layernorm without a query latent; later releases, None
+        for norm in (hf.kv_a_layernorm, getattr(hf, "q_a_layernorm", None)):
             if norm is not None:
                 norm.weight.uniform_(0.5, 1.5)
     return config, hf
@@ -101,3 +102,72 @@ def test_mla_from_deepseek_rejects():
     _, hf = _deepseek_attention(9, attention_bias=True)
     with pytest.raises(ValueError, match="bias"):
         mla_from_deepseek(hf)
+
+
+# --- long-context checkpoints: Llama 3.1's scaling and YaRN ---------------------------------
+
+
+@pytest.mark.parametrize("rope", [
+    {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 16},
+    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
+], ids=["llama3", "yarn"])
+@torch.no_grad()
+def test_from_hf_llama_attention_ports_the_frequency_scaling(rope):
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
+
+    config = transformers.LlamaConfig(hidden_size=16, num_attention_heads=4,
+                                      num_key_value_heads=2, head_dim=8,
+                                      max_position_embeddings=64, attn_implementation="eager",
+                                      rope_parameters={**rope, "rope_theta": 500.0})
+    hf = LlamaAttention(config, layer_idx=0).eval()
+    attn = from_hf_llama_attention(hf)
+    assert type(attn.rope_scaling).__name__ == {"llama3": "Llama3Scaling",
+                                                "yarn": "YarnScaling"}[rope["rope_type"]]
+    X = torch.randn(2, 9, 16)
+    cos_sin = LlamaRotaryEmbedding(config)(X, torch.arange(9)[None])
+    additive = torch.zeros(9, 9).masked_fill(~causal_mask(9), torch.finfo(torch.float32).min)
+    Y_hf = hf(X, position_embeddings=cos_sin, attention_mask=additive[None, None])[0]
+    torch.testing.assert_close(attn(X, causal=True), Y_hf, rtol=2e-5, atol=1e-6)
+
+
+# DeepSeek-V3's rope_parameters (config.json of deepseek-ai/DeepSeek-V3), on a tiny model.
+DEEPSEEK_V3_YARN = {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096,
+                    "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0,
+                    "rope_theta": 10000.0}
+
+
+@pytest.mark.parametrize("rope", [
+    DEEPSEEK_V3_YARN,
+    {**DEEPSEEK_V3_YARN, "mscale": 0.707, "mscale_all_dim": 0.707},  # DeepSeek-V2's
+    {**DEEPSEEK_V3_YARN, "mscale": 1.0, "mscale_all_dim": 0.5},  # an attention factor != 1
+], ids=["v3", "v2", "unequal"])
+@pytest.mark.parametrize("q_lora_rank", [9, None])
+@torch.no_grad()
+def test_mla_from_deepseek_ports_yarn(rope, q_lora_rank):
+    config, hf = _deepseek_attention(q_lora_rank, max_position_embeddings=163840,
+                                     rope_parameters=rope, qk_rope_head_dim=8)
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3RotaryEmbedding
+
+    mla = mla_from_deepseek(hf)
+    assert mla.rope_scaling.factor == 40.0 and mla.scale == pytest.approx(hf.scaling, rel=1e-12)
+    X = torch.randn(2, 6, 24)
+    pos = torch.arange(6).expand(2, 6)
+    mask = torch.zeros(6, 6).masked_fill(~_tril(6, "cpu"), -math.inf)[None, None]
+    Y_hf = hf(X, position_embeddings=DeepseekV3RotaryEmbedding(config)(X, pos),
+              attention_mask=mask)[0]
+    for absorbed in (False, True):
+        torch.testing.assert_close(mla(X, causal=True, absorbed=absorbed), Y_hf,
+                                   rtol=2e-5, atol=1e-6)
+
+
+def test_converters_refuse_other_rope_scalings():
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.llama.modeling_llama import LlamaAttention
+
+    config = transformers.LlamaConfig(
+        hidden_size=16, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+        rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0})
+    with pytest.raises(ValueError, match=r"rope_type 'default', 'llama3' or 'yarn'.*'linear'"):
+        from_hf_llama_attention(LlamaAttention(config, layer_idx=0))
