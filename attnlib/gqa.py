@@ -42,7 +42,14 @@ from attnlib.cache import KVCache, Rows, StaticKVCache
 from attnlib.core import IMPLS, attention
 from attnlib.device import work_dtype
 from attnlib.heads import head_mask, merge_heads, repeat_kv, split_heads
-from attnlib.rope import RopeScaling, check_rope_scaling, rope_cos_sin, rope_positions, rope_rotate
+from attnlib.rope import (
+    RopeScaling,
+    check_rope_scaling,
+    rope_cos_sin,
+    rope_positions,
+    rope_rotate,
+    rope_tables,
+)
 from attnlib.variants import register_attention
 
 # PyTorch 2.5 added enable_gqa to scaled_dot_product_attention: G key/value heads for H
@@ -231,14 +238,19 @@ class GroupedQueryAttention(nn.Module):
         positions: torch.Tensor | None = None,
         cache: KVCache | None = None,
         impl: str = "auto",
+        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """:meth:`forward` without its input check: what a block runs."""
+        """:meth:`forward` without its input check: what a block runs (``rope``: the new
+        tokens' rotation tables, when a decoder made them once for all its layers)."""
         source = X if X_KV is None else X_KV  # the tokens that answer
         Q = split_heads.unchecked(X @ self.W_Q, self.n_heads)  # (..., H, N_Q, d_head)
         K = split_heads.unchecked(source @ self.W_K, self.n_kv_heads)  # (..., G, N_KV, d_head)
         V = split_heads.unchecked(source @ self.W_V, self.n_kv_heads)  # (..., G, N_KV, d_head)
         if self.rope_base is not None and X_KV is None:  # RoPE: self-attention only
-            Q, K = self._rope(Q, K, positions, start=0 if cache is None else cache.n_tokens)
+            if rope is None:
+                start = 0 if cache is None else cache.n_tokens
+                rope = self._rope_tables(positions, X.shape[-2], start, X.dtype, X.device)
+            Q, K = self._rope(Q, K, *rope)
         if cache is not None:
             K, V = cache._append(K, V)  # every token so far, keys already rotated
         Y = _grouped_query_attention(Q, K, V, mask=head_mask.unchecked(mask), causal=causal,
@@ -270,13 +282,22 @@ class GroupedQueryAttention(nn.Module):
         new = Rows((*batch, self.n_kv_heads, n, self.d_head), self.W_K.dtype, self.W_K.device)
         cache._check_next(new, new)
 
+    def _rope_tables(
+        self, positions: torch.Tensor | None, n: int, start: int, dtype: torch.dtype,
+        device: torch.device,
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``cos`` and ``sin`` of ``n`` new tokens' angles (None without RoPE)."""
+        if self.rope_base is None:
+            return None
+        pos = rope_positions(positions, n, start=start, device=device)
+        cos, sin = rope_cos_sin.unchecked(pos, self.d_head, base=self.rope_base,
+                                          scaling=self.rope_scaling, dtype=work_dtype(dtype))
+        return rope_tables(cos, sin, interleaved=self.rope_interleaved)  # full width
+
     def _rope(
-        self, Q: torch.Tensor, K: torch.Tensor, positions: torch.Tensor | None, start: int
+        self, Q: torch.Tensor, K: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotate the queries and keys of the new tokens with one set of angles."""
-        pos = rope_positions(positions, Q.shape[-2], start=start, device=Q.device)
-        cos, sin = rope_cos_sin.unchecked(pos, self.d_head, base=self.rope_base,
-                                          scaling=self.rope_scaling, dtype=work_dtype(Q.dtype))
         rotate = {"interleaved": self.rope_interleaved}
         return rope_rotate(Q, cos, sin, **rotate), rope_rotate(K, cos, sin, **rotate)
 

@@ -402,12 +402,15 @@ class TransformerBlock(nn.Module):
         memory_mask: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
         cache: KVCache | LatentCache | None = None,
+        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """:meth:`forward` without its input check: each sublayer runs its own ``_forward``."""
+        """:meth:`forward` without its input check: each sublayer runs its own ``_forward``
+        (``rope``: rotation tables a decoder made once for all its layers)."""
+        shared = {} if rope is None else {"rope": rope}
 
         def A(h: torch.Tensor) -> torch.Tensor:  # self-attention
             return self.attn._forward(h, causal=causal, mask=mask, positions=positions,
-                                      cache=cache)
+                                      cache=cache, **shared)
 
         def C(h: torch.Tensor) -> torch.Tensor:  # cross-attention over memory
             return self.cross_attn._forward(h, memory, mask=memory_mask)
@@ -612,8 +615,13 @@ class TinyDecoder(nn.Module):
         x = self.E[ids]  # (..., N, d_model)
         if self.norm == "peri":
             x = self.emb_norm._forward(x)
+        # Every block's attention rotates by the same angles: one set of tables for all.
+        start = 0 if caches is None else caches[0].n_tokens
+        tables = getattr(self.blocks[0].attn, "_rope_tables", None)
+        rope = None if tables is None else tables(None, ids.shape[-1], start, x.dtype, x.device)
         for i, block in enumerate(self.blocks):
-            x = block._forward(x, causal=True, cache=None if caches is None else caches[i])
+            x = block._forward(x, causal=True, cache=None if caches is None else caches[i],
+                               rope=rope)
         if self.norm != "post":
             x = self.final_norm._forward(x)  # (..., N, d_model)
         return x @ self.output_weights()  # (..., N, vocab_size)

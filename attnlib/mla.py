@@ -88,6 +88,7 @@ from attnlib.rope import (
     rope_cos_sin,
     rope_positions,
     rope_rotate,
+    rope_tables,
 )
 from attnlib.variants import register_attention
 
@@ -444,8 +445,10 @@ class MultiHeadLatentAttention(nn.Module):
         cache: LatentCache | None = None,
         absorbed: bool = False,
         impl: str = "auto",
+        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """:meth:`forward` without its input check: what a block runs."""
+        """:meth:`forward` without its input check: what a block runs (``rope``: the new
+        tokens' rotation tables, when a decoder made them once for all its layers)."""
         L = X @ self.W_L  # (..., N, d_L)  the latent: with k_R, all that is cached
         L_Q = X if self.W_LQ is None else X @ self.W_LQ  # (..., N, d_Q)
         if self.latent_norm:
@@ -453,7 +456,10 @@ class MultiHeadLatentAttention(nn.Module):
             L_Q = L_Q if self.g_LQ is None else rms_norm.unchecked(L_Q, self.g_LQ, 1e-6)
         q_R = k_R = None
         if self.d_rope:
-            q_R, k_R = self._rope_parts(X, L_Q, positions, 0 if cache is None else cache.n_tokens)
+            if rope is None:
+                start = 0 if cache is None else cache.n_tokens
+                rope = self._rope_tables(positions, X.shape[-2], start, X.dtype, X.device)
+            q_R, k_R = self._rope_parts(X, L_Q, *rope)
         if cache is not None:
             L, k_R = cache._append(L, k_R)  # every token so far; k_R already rotated
         mla = _mla_absorbed if absorbed else _mla_naive
@@ -486,13 +492,22 @@ class MultiHeadLatentAttention(nn.Module):
         k_R = Rows((*batch, n, self.d_rope), like.dtype, like.device) if self.d_rope else None
         cache._check_next(L, k_R)
 
+    def _rope_tables(
+        self, positions: torch.Tensor | None, n: int, start: int, dtype: torch.dtype,
+        device: torch.device,
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``cos`` and ``sin`` of ``n`` new tokens' angles (None without decoupled RoPE)."""
+        if not self.d_rope:
+            return None
+        pos = rope_positions(positions, n, start=start, device=device)
+        cos, sin = rope_cos_sin.unchecked(pos, self.d_rope, base=self.rope_base,
+                                          scaling=self.rope_scaling, dtype=work_dtype(dtype))
+        return rope_tables(cos, sin, interleaved=self.rope_interleaved)  # full width
+
     def _rope_parts(
-        self, X: torch.Tensor, L_Q: torch.Tensor, positions: torch.Tensor | None, start: int
+        self, X: torch.Tensor, L_Q: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``q_R (..., H, N, d_R)`` per head and the one shared ``k_R (..., N, d_R)``, rotated."""
-        pos = rope_positions(positions, X.shape[-2], start=start, device=X.device)
-        cos, sin = rope_cos_sin.unchecked(pos, self.d_rope, base=self.rope_base,
-                                          scaling=self.rope_scaling, dtype=work_dtype(X.dtype))
         q_R = split_heads.unchecked(L_Q @ self.W_QR, self.n_heads)  # (..., H, N, d_R)
         # k_R has no head axis; a singleton one lines it up with positions of shape (B, 1, N).
         k_R = (X @ self.W_KR).unsqueeze(-3)  # (..., 1, N, d_R)

@@ -106,7 +106,8 @@ def rms_norm(x: torch.Tensor, g: torch.Tensor | None = None, eps: float = 1e-6) 
 
 
 def _rms_norm(x: torch.Tensor, g: torch.Tensor | None, eps: float) -> torch.Tensor:
-    xw = x.to(work_dtype(x.dtype))  # half precision: work in float32
+    work = work_dtype(x.dtype)  # half precision: work in float32
+    xw = x if x.dtype == work else x.to(work)
     y = xw * torch.rsqrt(xw.square().mean(dim=-1, keepdim=True) + eps)  # (..., d)
     if g is not None:
         y = y * g

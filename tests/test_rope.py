@@ -253,3 +253,15 @@ def test_scaling_bad_input_names_the_argument():
         attnlib.rope.Llama3Scaling(low_freq_factor=4.0, high_freq_factor=1.0)
     with pytest.raises(ValueError, match="factor"):
         attnlib.rope.YarnScaling(factor=0.0, original_max_positions=4096)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_full_width_tables_rotate_to_the_same_numbers(interleaved, gen):
+    X = torch.randn(2, 3, 5, 8, generator=gen)
+    cos, sin = attnlib.rope.rope_cos_sin(torch.arange(5) * 37, 8, base=500.0)
+    per_pair = attnlib.rope.rope_rotate(X, cos, sin, interleaved=interleaved)
+    C, S = attnlib.rope.rope_tables(cos, sin, interleaved=interleaved)
+    assert C.shape == S.shape == (5, 8)
+    assert torch.equal(attnlib.rope.rope_rotate(X, C, S, interleaved=interleaved), per_pair)
+    torch.testing.assert_close(per_pair, apply_rope(X, torch.arange(5) * 37, base=500.0,
+                                                    interleaved=interleaved))
