@@ -55,6 +55,9 @@ from attnlib.variants import register_attention
 # PyTorch 2.5 added enable_gqa to scaled_dot_product_attention: G key/value heads for H
 # query heads, read without copying them to H heads.
 _SDPA_GQA = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)
+# A decoding step reads a group's queries as rows against its KV head, at most this many per
+# head: PyTorch's CPU kernel spreads so few rows across its threads by the keys.
+_ROWS = 16
 
 __all__ = [
     "GroupedQueryAttention",
@@ -119,10 +122,15 @@ def _grouped_query_attention(
     if G == H:
         return attention.unchecked(Q, K, V, mask=mask, causal=causal, **kw)
     s = H // G
-    if Q.shape[-2] == 1:  # one query per head: group g's s queries are s rows against K_g
-        Q_g = Q.unflatten(-3, (G, s)).flatten(-3, -2)  # (..., G, s, d): row j is head g s + j
+    if Q.shape[-2] == 1 and (G == 1 or s <= _ROWS):  # decoding: queries become rows
+        # Group g's s queries are s rows against K_g, in c blocks of at most _ROWS rows
+        # (with one KV head, c views of it: nothing is copied).
+        c = 1 if s <= _ROWS else next(c for c in range(2, s + 1) if s % c == 0 and s // c <= _ROWS)
+        Q_g = Q.unflatten(-3, (G * c, s // c)).flatten(-3, -2)  # (..., G c, s / c, d)
         if mask is not None and mask.dim() >= 3 and mask.shape[-3] == H:
-            mask = mask.unflatten(-3, (G, s)).flatten(-3, -2)  # per-head rows, the same way
+            mask = mask.unflatten(-3, (G * c, s // c)).flatten(-3, -2)  # the same rows
+        if c > 1:  # G = 1 here
+            K, V = (T.expand(*T.shape[:-3], c, *T.shape[-2:]) for T in (K, V))
         Y = attention.unchecked(Q_g, K, V, mask=mask, **kw)  # a last query sees every key
         return Y.flatten(-3, -2).unsqueeze(-2)  # (..., H, 1, d_v)
     if impl == "auto" and _SDPA_GQA:

@@ -73,7 +73,7 @@ def test_functional_matches_sdpa_enable_gqa(device, H, G, impl, gen):
     torch.testing.assert_close(out_c, ref_c, **tolerances(torch.float32))
 
 
-@pytest.mark.parametrize("H,G", [(4, 2), (4, 1), (6, 3), (8, 8)])
+@pytest.mark.parametrize("H,G", [(4, 2), (4, 1), (6, 3), (8, 8), (32, 1), (64, 2)])
 @pytest.mark.parametrize("impl", ["auto", "explicit"])
 @pytest.mark.parametrize("mask_kind", ["none", "shared", "per-head"])
 def test_one_query_per_head_matches_sdpa_enable_gqa(device, H, G, impl, mask_kind, gen):
