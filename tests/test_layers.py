@@ -1,93 +1,25 @@
-"""Norms, feed-forward networks, transformer blocks and TinyDecoder.
+"""Feed-forward networks, transformer blocks and TinyDecoder (the norms: tests/test_norms.py).
 
-References: torch's own ``F.layer_norm``, ``nn.LayerNorm``, ``nn.RMSNorm``, ``F.rms_norm``,
-``nn.Linear`` and ``F.embedding``; formulas written out with ``F.relu``/``F.gelu``/``F.silu``;
-the residual equations of each norm placement recomputed here from the block's parts; and
-properties (permutation equivariance, causality, cache equivalence) that hold whatever the
-weights are. The comparison of GroupedQueryAttention with ``nn.MultiheadAttention`` lives in
-tests/test_gqa.py.
+References: torch's own ``nn.Linear`` and ``F.embedding``; formulas written out with
+``F.relu``/``F.gelu``/``F.silu``; the residual equations of each norm placement recomputed
+here from the block's parts; and properties (permutation equivariance, causality, cache
+equivalence) that hold whatever the weights are. The comparison of GroupedQueryAttention
+with ``nn.MultiheadAttention`` lives in tests/test_gqa.py.
 """
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 import torch.nn.functional as F
-from attnlib_testing import tolerances
+from attnlib_testing import randomise, tolerances
 
 from attnlib.cache import KVCache, LatentCache
 from attnlib.layers import FeedForward, TinyDecoder, TransformerBlock
 from attnlib.masks import key_padding_mask
-from attnlib.norms import LayerNorm, RMSNorm, layer_norm, rms_norm
+from attnlib.norms import LayerNorm, RMSNorm, layer_norm
 
 F64 = torch.float64
-
-
-def _randomise(module: torch.nn.Module, gen: torch.Generator) -> None:
-    """Replace every parameter with random numbers, so gains of 1 and biases of 0 hide nothing."""
-    with torch.no_grad():
-        for p in module.parameters():
-            noise = torch.randn(p.shape, generator=gen, dtype=p.dtype).to(p.device)
-            p.copy_(0.5 * noise + (1.0 if p.dim() == 1 else 0.0))
-
-
-# --- norms -----------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, F64])
-def test_layer_norm_matches_torch(device, gen, dtype):
-    x = (3 * torch.randn(4, 5, 16, generator=gen, dtype=dtype) + 2).to(device)
-    ours = LayerNorm(16, eps=1e-5, device=device, dtype=dtype)
-    theirs = torch.nn.LayerNorm(16, eps=1e-5, device=device, dtype=dtype)
-    _randomise(ours, gen)
-    with torch.no_grad():
-        theirs.weight.copy_(ours.gamma)
-        theirs.bias.copy_(ours.beta)
-    torch.testing.assert_close(ours(x), theirs(x), **tolerances(dtype))
-    ref = F.layer_norm(x, (16,), ours.gamma, ours.beta, 1e-5)
-    torch.testing.assert_close(layer_norm(x, ours.gamma, ours.beta, 1e-5), ref, **tolerances(dtype))
-    # with unit gains and zero shifts each row has mean 0 and biased variance ~1
-    y = layer_norm(x.to(F64))
-    torch.testing.assert_close(y.mean(-1), torch.zeros(4, 5, dtype=F64, device=device))
-    torch.testing.assert_close(y.var(-1, unbiased=False), torch.full((4, 5), 1.0, dtype=F64,
-                               device=device), atol=1e-4, rtol=1e-4)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, F64])
-def test_rms_norm_matches_formula_and_torch(device, gen, dtype):
-    x = (torch.randn(3, 7, 12, generator=gen, dtype=dtype) + 1).to(device)
-    norm = RMSNorm(12, eps=1e-6, device=device, dtype=dtype)
-    _randomise(norm, gen)
-    # the formula, one row at a time: x / sqrt(sum(x_i^2) / d + eps) * g
-    ref = torch.empty_like(x)
-    for b in range(3):
-        for n in range(7):
-            row = x[b, n]
-            ref[b, n] = row / torch.sqrt(sum(v * v for v in row) / 12 + 1e-6) * norm.g
-    torch.testing.assert_close(norm(x), ref, **tolerances(dtype))
-    torch_norm = torch.nn.RMSNorm(12, eps=1e-6, device=device, dtype=dtype)
-    with torch.no_grad():
-        torch_norm.weight.copy_(norm.g)
-    torch.testing.assert_close(norm(x), torch_norm(x), **tolerances(dtype))
-    # no recentring: a constant row c maps to c / sqrt(c^2 + eps) * g, about sign(c) * g
-    const = torch.full((12,), -4.0, dtype=dtype, device=device)
-    expected = -4.0 / math.sqrt(16.0 + 1e-6) * norm.g.detach()
-    torch.testing.assert_close(rms_norm(const, norm.g), expected, **tolerances(dtype))
-
-
-def test_norms_in_bfloat16_compute_in_float32(device, gen):
-    x = torch.randn(2, 9, 32, generator=gen).to(device)
-    g = torch.rand(32, generator=gen).to(device) + 0.5
-    b = torch.randn(32, generator=gen).to(device)
-    xb, gb, bb = x.bfloat16(), g.bfloat16(), b.bfloat16()
-    ref_ln = F.layer_norm(xb.float(), (32,), gb.float(), bb.float()).bfloat16()
-    ref_rms = F.rms_norm(xb.float(), (32,), gb.float(), 1e-6).bfloat16()
-    out_ln, out_rms = layer_norm(xb, gb, bb), rms_norm(xb, gb)
-    assert out_ln.dtype == out_rms.dtype == torch.bfloat16
-    torch.testing.assert_close(out_ln, ref_ln, **tolerances(torch.bfloat16))
-    torch.testing.assert_close(out_rms, ref_rms, **tolerances(torch.bfloat16))
 
 
 # --- feed-forward ----------------------------------------------------------------------
@@ -97,7 +29,7 @@ def test_norms_in_bfloat16_compute_in_float32(device, gen):
 @pytest.mark.parametrize("bias", [False, True])
 def test_feed_forward_matches_formula(device, gen, kind, bias):
     ffn = FeedForward(8, 20, kind, bias=bias, device=device, dtype=F64)
-    _randomise(ffn, gen)
+    randomise(ffn, gen)
     x = torch.randn(2, 5, 8, generator=gen, dtype=F64).to(device)
     if kind == "swiglu":
         gate, up = x @ ffn.W_gate, x @ ffn.W_up
@@ -116,7 +48,7 @@ def test_feed_forward_matches_formula(device, gen, kind, bias):
 @pytest.mark.parametrize("kind", ["relu", "gelu"])
 def test_mlp_matches_torch_linear_layers(gen, kind):
     ffn = FeedForward(6, 10, kind, bias=True, dtype=F64)
-    _randomise(ffn, gen)
+    randomise(ffn, gen)
     act = torch.nn.ReLU() if kind == "relu" else torch.nn.GELU()
     net = torch.nn.Sequential(torch.nn.Linear(6, 10), act, torch.nn.Linear(10, 6)).to(F64)
     with torch.no_grad():  # nn.Linear stores the transpose of a right-multiplying weight
@@ -148,7 +80,7 @@ def _ffn_ref(ffn: FeedForward, x: torch.Tensor) -> torch.Tensor:
 def test_block_is_its_residual_equation(device, gen, placement, norm_kind, cross):
     block = TransformerBlock(16, 4, n_kv_heads=2, d_ff=24, norm=placement, norm_kind=norm_kind,
                              rope_base=10000.0, cross_attention=cross, device=device, dtype=F64)
-    _randomise(block, gen)
+    randomise(block, gen)
     x = torch.randn(2, 6, 16, generator=gen, dtype=F64).to(device)
     memory = torch.randn(2, 4, 16, generator=gen, dtype=F64).to(device) if cross else None
 
