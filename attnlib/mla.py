@@ -167,6 +167,9 @@ def _mla_naive(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, *, q_R=None, k_R=None, m
     return merge_heads.unchecked(Y) @ W_O  # (..., N_Q, H d_v) @ (H d_v, d_out)
 
 
+mla_naive.unchecked = _mla_naive
+
+
 def mla_absorbed(
     L_Q: torch.Tensor,
     L: torch.Tensor,
@@ -234,6 +237,9 @@ def _mla_absorbed(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, *, q_R=None, k_R=None
     )  # (..., H, N_Q, d_L): Z_h^-1 A_h L
     Y = Y_L @ W_LV_h  # (..., H, N_Q, d_v)  (Z_h^-1 A_h L) W_LV^h
     return merge_heads.unchecked(Y) @ W_O  # (..., N_Q, H d_v) @ (H d_v, d_out)
+
+
+mla_absorbed.unchecked = _mla_absorbed
 
 
 def mla_merged_weights(
