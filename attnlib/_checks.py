@@ -55,14 +55,21 @@ def check_last_dim(name: str, x: torch.Tensor, expected: int, rule: str) -> None
         )
 
 
-def check_like(name: str, x: torch.Tensor, like: torch.Tensor) -> None:
-    """``x`` must share the dtype and device of ``like`` (a module's parameters)."""
+def check_shape(name: str, x: torch.Tensor, trailing: Sequence[int | None], layout: str) -> None:
+    """The last dimensions of ``x`` must be ``trailing`` (None: any size); ``layout`` names them."""
+    n, tail = len(trailing), x.shape[x.dim() - len(trailing):]
+    if len(tail) < n or any(t not in (None, s) for s, t in zip(tail, trailing, strict=True)):
+        raise ValueError(f"{name} must have shape {layout}; got {tuple(x.shape)}")
+
+
+def check_like(
+    name: str, x: torch.Tensor, like: torch.Tensor, whose: str = "the parameters'"
+) -> None:
+    """``x`` must share the dtype and device of ``like`` (by default a module's parameters)."""
     if x.dtype != like.dtype:
-        raise TypeError(f"{name} must have the parameters' dtype {like.dtype}; got {x.dtype}")
+        raise TypeError(f"{name} must have {whose} dtype {like.dtype}; got {x.dtype}")
     if x.device != like.device:
-        raise ValueError(
-            f"{name} must live on the parameters' device {like.device}; got {x.device}"
-        )
+        raise ValueError(f"{name} must live on {whose} device {like.device}; got {x.device}")
 
 
 def check_bool(name: str, value: object) -> bool:

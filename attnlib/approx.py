@@ -33,10 +33,12 @@ import torch.nn.functional as F
 
 from attnlib._checks import (
     check_bool,
+    check_like,
     check_matrix,
     check_optional_positive_float,
     check_positive_int,
     check_qkv,
+    check_shape,
     check_tensor,
 )
 from attnlib.core import attention
@@ -601,7 +603,7 @@ def _check_projection(X: object, name: str, Omega: object) -> None:
     """``Omega (d, r)`` projects the rows of ``X (..., N, d)``, with ``X``'s dtype and device."""
     check_tensor(name, X)
     check_matrix("Omega", Omega, rows=X.shape[-1])
-    _check_same("Omega", Omega, X, name)
+    check_like("Omega", Omega, X, f"{name}'s")
 
 
 def _check_linear(Q, K, V, phi, *, causal=False, per_token=False) -> None:
@@ -626,7 +628,7 @@ def _check_performer(Q, K, V, Omega, causal, scale) -> None:
     check_bool("causal", causal)
     check_optional_positive_float("scale", scale)
     check_matrix("Omega", Omega, rows=Q.shape[-1])
-    _check_same("Omega", Omega, Q, "Q")
+    check_like("Omega", Omega, Q, "Q's")
 
 
 def _check_topk(Q, K, V, k, index_scores, causal, scale) -> None:
@@ -635,33 +637,18 @@ def _check_topk(Q, K, V, k, index_scores, causal, scale) -> None:
     check_optional_positive_float("scale", scale)
     check_positive_int("k", k)
     if index_scores is not None:
-        check_tensor("index_scores", index_scores, min_dim=2)
         n_q, n_kv = Q.shape[-2], K.shape[-2]
-        if index_scores.shape[-2:] != (n_q, n_kv):
-            raise ValueError(
-                f"index_scores must have shape (..., N_Q, N_KV) = (..., {n_q}, {n_kv}); got "
-                f"{tuple(index_scores.shape)}"
-            )
+        check_shape("index_scores", check_tensor("index_scores", index_scores), (n_q, n_kv),
+                    f"(..., N_Q, N_KV) = (..., {n_q}, {n_kv})")
 
 
 def _check_delta(Q, K, V, beta, alpha) -> None:
     check_qkv(Q, K, V)
     _check_one_query_per_key(Q, K)
-    n = K.shape[-2]
     for name, g in (("beta", beta), ("alpha", alpha)):
         if g is not None:
-            check_tensor(name, g)
-            if g.shape[-1] != n:
-                raise ValueError(
-                    f"{name} must have shape (..., N) with N = {n} tokens; got {tuple(g.shape)}"
-                )
-
-
-def _check_same(name: str, x: torch.Tensor, like: torch.Tensor, like_name: str) -> None:
-    if x.dtype != like.dtype:
-        raise TypeError(f"{name} must have {like_name}'s dtype {like.dtype}; got {x.dtype}")
-    if x.device != like.device:
-        raise ValueError(f"{name} must live on {like_name}'s device {like.device}; got {x.device}")
+            n = K.shape[-2]
+            check_shape(name, check_tensor(name, g), (n,), f"(..., N) with N = {n} tokens")
 
 
 def _check_features(phi_Q: object, phi_K: object, Q: torch.Tensor, K: torch.Tensor) -> None:

@@ -175,7 +175,7 @@ def _guards(path: Path, info: dict, shared: dict) -> list[tuple[str, int, int]]:
             if _is_check_name(short):  # a check of this module (or a 0.2 composite): all of it
                 lines = shared["code"] if callee in COMPOSITES and callee not in info[
                     "functions"] else code
-                guard |= {(callee, n) for n in _span(sub) & lines}
+                guard |= {(callee, n) for n in _body_lines(sub, lines)}
                 todo += _calls(sub)
             elif short.startswith("_") and not short.startswith("__"):  # a private helper
                 sub_body = _body_lines(sub, code)
