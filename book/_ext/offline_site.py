@@ -20,8 +20,8 @@ printed from ``singlehtml``):
    Font Awesome script (1.5 MB, which redraws the icons its own stylesheet and web fonts
    already draw) is taken out of every page once the build has written them, with two
    small fixes to the theme's markup for screen readers (``PAGE_FIXES``).
-3. The PDF edition (``print_pdf.py``, run by ``make pdf``) gets an entry in the theme's
-   download menu on every page.
+3. The PDF edition (``print_pdf.py``, run by ``make pdf``) replaces the theme's print-this-
+   page entry in the download menu of every page, with its size once it is printed.
 4. Vendored files. MathJax (``tex-chtml.js``, with the TeX extensions it loads on demand,
    its web fonts and its accessibility components) and the plotly bundle come from
    ``node_modules`` (``npm ci`` against the committed ``package-lock.json``). They are
@@ -154,6 +154,17 @@ SEARCH_SCRIPTS = re.compile(
     r'searchindex\.js)"></script>\n?'
 )
 SEARCH_PAGE = "search.html"
+
+# The theme lets a display formula scroll sideways when it is wider than the column; a
+# region that scrolls must take the keyboard's focus (WCAG 2.1.1), so each formula that
+# overflows, once the page is laid out or resized, becomes a tab stop.
+MATH_TAB_STOPS = (
+    "(function () { function stops() {"
+    ' document.querySelectorAll("div.math mjx-container").forEach(function (math) {'
+    ' if (math.scrollWidth > math.clientWidth + 1) { math.setAttribute("tabindex", "0"); }'
+    " }); }"
+    ' window.addEventListener("load", stops); window.addEventListener("resize", stops); })();'
+)
 
 logger = logging.getLogger(__name__)
 
@@ -431,17 +442,25 @@ def page_scripts(
 def pdf_download_button(
     app: Sphinx, pagename: str, templatename: str, context: dict, doctree: Any
 ) -> None:
-    """Add the PDF edition (``offline_site_pdf``, at the site root) to the theme's download
-    menu, beside its ".pdf" entry, which prints the page alone."""
+    """Offer the PDF edition (``offline_site_pdf``, at the site root) in the theme's download
+    menu, in place of its ".pdf" entry, which only prints the page on screen.
+
+    The entry reads "Book PDF" and leaves a place for the file's size, which
+    ``print_pdf.py`` writes in once it has printed the book.
+    """
     if app.builder.name not in ("html", "dirhtml") or not app.config.offline_site_pdf:
         return
     for button in context.get("header_buttons", []):
         if button.get("label") == "download-buttons":
+            button["buttons"] = [
+                entry for entry in button["buttons"]
+                if entry.get("label") != "download-pdf-button"
+            ]
             button["buttons"].append(
                 {
                     "type": "link",
                     "url": context["pathto"](app.config.offline_site_pdf, 1),
-                    "text": "book",
+                    "text": 'Book PDF <span class="book-pdf-size">(print it: make pdf)</span>',
                     "tooltip": "The whole book as one PDF",
                     "icon": "fas fa-book",
                     "label": "download-book-pdf-button",
@@ -687,4 +706,5 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_css_file(f"{VENDOR_FROM_STATIC}/book/site.css")
     app.add_js_file(None, body=RESOLVE_COLOUR_MODE, priority=100)
     app.add_js_file(None, body=CLOSE_DRAWER_ON_LINK, priority=100)
+    app.add_js_file(None, body=MATH_TAB_STOPS, priority=100)
     return {"version": "1.1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -174,7 +174,19 @@
     return { shown: shown, fitted: fitted };
   }
 
+  // Draws the figure's current step at the box's width. Drawings of one figure run one
+  // after the other: a control moved, the width changed and the colours switched while a
+  // drawing is under way each wait for it, so two never mix in one chart.
   function draw(entry) {
+    entry.drawing = Promise.resolve(entry.drawing)
+      .catch(function () {})
+      .then(function () {
+        return drawNow(entry);
+      });
+    return entry.drawing;
+  }
+
+  function drawNow(entry) {
     var parts = compose(entry);
     entry.width = entry.box.clientWidth;
     entry.box.style.height = parts.fitted.layout.height + "px";
@@ -183,13 +195,17 @@
     } else if (entry.captionText === undefined) {
       entry.captionText = shows(parts.shown.data, parts.shown.layout);
     }
-    entry.drawing = window.Plotly.react(entry.box, parts.fitted.data, parts.fitted.layout, entry.config).then(
+    // Between a narrow layout and a wide one a colour bar turns on its side, and plotly's
+    // react leaves the old bar's labels behind: such a change draws the figure afresh.
+    var narrow = entry.width < F.NARROW;
+    var method = entry.narrow === undefined || entry.narrow === narrow ? "react" : "newPlot";
+    entry.narrow = narrow;
+    return window.Plotly[method](entry.box, parts.fitted.data, parts.fitted.layout, entry.config).then(
       function (gd) {
         label(entry, parts.shown);
         return settle(entry, gd);
       }
     );
-    return entry.drawing;
   }
 
   // Texts that reach past the figure's box (a label at the end of a curve, tick labels
@@ -210,7 +226,7 @@
     });
     extra.tries += 1;
     entry.extra[key] = extra;
-    return draw(entry);
+    return drawNow(entry);
   }
 
   // --- twin controls -------------------------------------------------------------------
@@ -387,7 +403,10 @@
     if (window.ResizeObserver) {
       var pending = null;
       var observer = new ResizeObserver(function () {
-        if (pending) {
+        // The PDF printer (print_pdf.py) lays the figures out for the printed column and
+        // then sets bookFiguresFrozen: printing changes the page's width again, and a
+        // drawing started then would be caught half done.
+        if (pending || window.bookFiguresFrozen) {
           return;
         }
         pending = window.requestAnimationFrame(function () {
@@ -416,11 +435,15 @@
     window.bookRedrawFigures = redrawAll;
     // Resolves once every figure has finished its latest drawing.
     window.bookFiguresIdle = function () {
-      return Promise.all(
-        entries.map(function (entry) {
-          return entry.drawing;
-        })
-      );
+      var pending = entries.map(function (entry) {
+        return entry.drawing;
+      });
+      return Promise.all(pending).then(function () {
+        var later = entries.some(function (entry, i) {
+          return entry.drawing !== pending[i];
+        });
+        return later ? window.bookFiguresIdle() : undefined;
+      });
     };
     watch();
   }

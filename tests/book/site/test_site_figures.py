@@ -221,9 +221,10 @@ def test_tab_reaches_the_controls(page: Page, site_url: str, html_dir: Path,
 
 def _lightness(color: str) -> float:
     """Relative lightness (0..1) of a CSS colour 'rgb(...)', 'rgba(...)' or '#rrggbb'."""
-    color = color.strip()
+    color = {"white": "#ffffff", "black": "#000000"}.get(color.strip().lower(), color.strip())
     if color.startswith("#"):
-        r, g, b = (int(color[i : i + 2], 16) for i in (1, 3, 5))
+        digits = color[1:] if len(color) == 7 else "".join(c * 2 for c in color[1:4])
+        r, g, b = (int(digits[i : i + 2], 16) for i in (0, 2, 4))
     else:
         r, g, b = (float(v) for v in color[color.index("(") + 1 : -1].split(",")[:3])
     return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
