@@ -65,7 +65,7 @@ from attnlib.mla import MultiHeadLatentAttention, mla_absorbed, mla_from_mha, ml
 from attnlib.norms import LayerNorm, RMSNorm, layer_norm, rms_norm
 from attnlib.rope import apply_rope
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "__version__",
