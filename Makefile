@@ -90,7 +90,7 @@ execute: $(VENV_STAMP)
 	$(BIN)/python tests/execute_lessons.py $(NB)
 
 # Day-to-day work on attnlib: lint, the tests, the docstring examples; no lesson runs, no site.
-test-lib: $(VENV_STAMP)
+test-lib: $(VENV_STAMP) $(NPM_STAMP)
 	@echo "== ruff"
 	$(BIN)/ruff check .
 	@echo "== attnlib tests and book source checks"
