@@ -1,0 +1,212 @@
+"""Looking inside a trained decoder: attention maps, head scores, ablations, first-token share.
+
+Every function here runs a :class:`attnlib.TinyDecoder` (or a converted variant of it) on
+token ids and measures something about its attention sublayers:
+
+- :func:`attention_maps`: each layer's weights ``P = Z^-1 A`` per head, ``(B, H, N, N)``,
+  recomputed from exactly what the layer's attention received;
+- :func:`previous_token_score` and :func:`induction_score`: how much weight each head puts
+  on position ``i - 1``, or on the tokens that followed earlier occurrences of token ``i``;
+- :func:`ablate_heads`: a copy of the model with chosen heads zeroed (their rows of
+  ``W_O``), and :func:`head_ablation`, the held-out loss with each head zeroed in turn;
+- :func:`first_token_share`: the mean weight on position 0, the attention-sink statistic,
+  next to :func:`uniform_first_token_share`, its value under uniform causal attention.
+
+By default the model runs in float64 on a copy (``dtype=torch.float64``), so what a lesson
+prints is the same on every CPU.
+
+Lesson: 01_attention_as_lookup, 03_multi_head_attention, 09_frontier.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+from attnlib.core import attention_weights
+from attnlib.gqa import GroupedQueryAttention
+from attnlib.heads import repeat_kv, split_heads
+from attnlib.rope import apply_rope
+from attnlib.train import evaluate
+
+__all__ = [
+    "ablate_heads",
+    "attention_maps",
+    "first_token_share",
+    "head_ablation",
+    "induction_score",
+    "previous_token_score",
+    "uniform_first_token_share",
+]
+
+
+def _check_decoder(model: object) -> None:
+    blocks = getattr(model, "blocks", None)
+    if not isinstance(model, nn.Module) or not isinstance(blocks, nn.ModuleList):
+        raise TypeError(f"model must be an attnlib.TinyDecoder; got {type(model).__name__}")
+    for i, block in enumerate(blocks):
+        if not isinstance(block.attn, GroupedQueryAttention):
+            raise TypeError(
+                f"model.blocks[{i}].attn must be a GroupedQueryAttention (MHA, GQA or a "
+                f"gated variant) to read its weights; got {type(block.attn).__name__}"
+            )
+
+
+def _as(model: nn.Module, dtype: torch.dtype | None) -> nn.Module:
+    return model if dtype is None else copy.deepcopy(model).to(dtype)
+
+
+def _weights(attn: GroupedQueryAttention, X: torch.Tensor) -> torch.Tensor:
+    """``P = softmax(Q K^T / sqrt(d_head))`` with the causal mask, as ``attn`` computes it."""
+    Q = split_heads(X @ attn.W_Q, attn.n_heads)  # (B, H, N, d_head)
+    K = split_heads(X @ attn.W_K, attn.n_kv_heads)  # (B, G, N, d_head)
+    if attn.rope_base is not None:
+        positions = torch.arange(X.shape[-2], device=X.device)
+        rope = {"base": attn.rope_base, "interleaved": attn.rope_interleaved}
+        Q, K = apply_rope(Q, positions, **rope), apply_rope(K, positions, **rope)
+    return attention_weights(Q, repeat_kv(K, attn.n_heads), causal=True)  # (B, H, N, N)
+
+
+@torch.no_grad()
+def attention_maps(
+    model: nn.Module, ids: torch.Tensor, *, dtype: torch.dtype | None = torch.float64
+) -> list[torch.Tensor]:
+    """The attention weights of every layer: a list of ``n_layers`` tensors ``(B, H, N, N)``.
+
+    The model runs once on ``ids``; a hook records what each block hands its attention
+    sublayer (the normalised residual stream ``X``), and the weights
+    ``P_h = softmax(Q_h K_g(h)^T / sqrt(d_head))`` are recomputed from it with the causal
+    mask and, when the layer has it, RoPE at positions ``0 .. N - 1``. Row ``i`` of head
+    ``h`` says how much each earlier position contributes to position ``i``'s output.
+
+    Args:
+        model: a :class:`attnlib.TinyDecoder` with GQA-family attention (MHA, GQA, gated).
+        ids: ``(B, N)`` token ids.
+        dtype: run a copy of the model in this dtype; ``None`` runs the model as it is.
+
+    Returns:
+        ``[P_0, ..., P_{L-1}]``, each ``(B, H, N, N)``, rows summing to 1.
+
+    Equivalent to reading ``P`` out of each layer: ``(P @ V_h)`` merged and times ``W_O``
+    is that layer's attention output.
+
+    Lesson: 01_attention_as_lookup, 03_multi_head_attention.
+    """
+    _check_decoder(model)
+    model = _as(model, dtype)
+    inputs: list[torch.Tensor] = []
+    hooks = [b.attn.register_forward_pre_hook(lambda _m, args: inputs.append(args[0]))
+             for b in model.blocks]
+    try:
+        model(ids)
+    finally:
+        for h in hooks:
+            h.remove()
+    return [_weights(b.attn, X) for b, X in zip(model.blocks, inputs, strict=True)]
+
+
+def previous_token_score(P: torch.Tensor) -> torch.Tensor:
+    """Mean weight on the previous position: ``mean_{b, i >= 1} P[b, h, i, i - 1]``, per head.
+
+    Args:
+        P: ``(B, H, N, N)`` causal attention weights of one layer.
+
+    Returns:
+        ``(H,)``; 1 for a head that always reads position ``i - 1``, about ``1 / i`` on
+        average for uniform causal attention.
+    """
+    return P.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(0, -1))
+
+
+def _after_earlier(ids: torch.Tensor) -> torch.Tensor:
+    """``(B, N, N)`` bool, True at ``[b, i, j + 1]`` when ``j < i`` and ``ids[j] == ids[i]``."""
+    N = ids.shape[-1]
+    same = ids[..., :, None] == ids[..., None, :]  # (B, N, N): same[i, j]
+    earlier = torch.ones(N, N, dtype=torch.bool, device=ids.device).tril(-1)
+    hits = same & earlier  # (B, N, N): j < i holds the same token as i
+    return torch.nn.functional.pad(hits[..., :-1], (1, 0))  # shift j -> j + 1
+
+
+def induction_score(P: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Mean weight on the tokens that followed earlier occurrences of the current token, per head.
+
+    For each query ``i`` whose token ``ids[i]`` occurred before, the weight it puts on the
+    positions ``j + 1`` with ``j < i`` and ``ids[j] == ids[i]`` (summed, when the token
+    occurred more than once); the score averages this over those queries. An induction
+    head ("find where this token was, read what came next") scores near 1; on a sequence
+    repeated once, there is exactly one such position.
+
+    Args:
+        P: ``(B, H, N, N)`` causal attention weights of one layer.
+        ids: ``(B, N)`` the tokens ``P`` was computed on.
+
+    Returns:
+        ``(H,)``.
+    """
+    target = _after_earlier(ids)  # (B, N, N)
+    has = target.any(dim=-1)  # (B, N): queries whose token occurred before
+    w = (P * target[:, None]).sum(dim=-1)  # (B, H, N)
+    return (w * has[:, None]).sum(dim=(0, -1)) / has.sum()
+
+
+def ablate_heads(model: nn.Module, heads: Iterable[tuple[int, int]]) -> nn.Module:
+    """A copy of ``model`` in which each ``(layer, head)`` in ``heads`` outputs zero.
+
+    Head ``h`` reaches the residual stream only through rows ``h d_head .. (h+1) d_head - 1``
+    of its layer's ``W_O``; zeroing those rows removes its contribution and nothing else.
+
+    Lesson: 03_multi_head_attention.
+    """
+    _check_decoder(model)
+    out = copy.deepcopy(model)
+    with torch.no_grad():
+        for layer, head in heads:
+            attn = out.blocks[layer].attn
+            if not (0 <= head < attn.n_heads):
+                raise ValueError(f"head must lie in [0, {attn.n_heads}); got {head}")
+            attn.W_O[head * attn.d_head:(head + 1) * attn.d_head] = 0.0
+    return out
+
+
+def head_ablation(
+    model: nn.Module, ids: torch.Tensor, targets: torch.Tensor,
+    *, dtype: torch.dtype | None = torch.float64,
+) -> torch.Tensor:
+    """Held-out loss with each head zeroed in turn: ``(n_layers, n_heads)``, nats per token.
+
+    Entry ``[l, h]`` is :func:`attnlib.train.evaluate`'s loss of ``ablate_heads(model,
+    [(l, h)])`` on ``(ids, targets)``; compare it with the loss of the intact model.
+
+    Lesson: 03_multi_head_attention.
+    """
+    _check_decoder(model)
+    model = _as(model, dtype)
+    L, H = len(model.blocks), model.blocks[0].attn.n_heads
+    losses = torch.empty(L, H, dtype=torch.float64)
+    for layer in range(L):
+        for head in range(H):
+            ablated = ablate_heads(model, [(layer, head)])
+            losses[layer, head] = evaluate(ablated, ids, targets, dtype=None)["loss"]
+    return losses
+
+
+def first_token_share(
+    model: nn.Module, ids: torch.Tensor, *, dtype: torch.dtype | None = torch.float64
+) -> torch.Tensor:
+    """Mean weight on position 0 per layer and head: ``(n_layers, n_heads)``.
+
+    ``mean_{b, i >= 1} P[b, h, i, 0]``; query 0 is left out, since it can see only itself.
+    An attention sink shows as a share far above :func:`uniform_first_token_share`.
+
+    Lesson: 09_frontier.
+    """
+    maps = attention_maps(model, ids, dtype=dtype)
+    return torch.stack([P[..., 1:, 0].mean(dim=(0, -1)) for P in maps])
+
+
+def uniform_first_token_share(n_tokens: int) -> float:
+    """The first-token share of uniform causal attention: ``mean_{i=1}^{N-1} 1 / (i + 1)``."""
+    return sum(1.0 / (i + 1) for i in range(1, n_tokens)) / (n_tokens - 1)

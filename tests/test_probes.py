@@ -1,0 +1,89 @@
+"""attnlib.probes: attention maps against each layer's own output, scores against loops."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import attnlib
+from attnlib import probes, tasks
+from attnlib.heads import merge_heads, repeat_kv, split_heads
+
+
+@pytest.mark.parametrize("rope_base", [10000.0, None])
+def test_attention_maps_reproduce_each_attention_output(rope_base):
+    model = attnlib.TinyDecoder(20, d_model=16, n_layers=2, n_heads=4, n_kv_heads=2,
+                                rope_base=rope_base, seed=0).double()
+    ids = torch.randint(20, (3, 9))
+    seen, outputs = [], []
+
+    def record(module, args, out):
+        seen.append(args[0])
+        outputs.append(out)
+
+    for block in model.blocks:
+        block.attn.register_forward_hook(record)
+    maps = probes.attention_maps(model, ids, dtype=None)
+    model(ids)
+    for block, P, X, Y in zip(model.blocks, maps, seen[-2:], outputs[-2:], strict=True):
+        attn = block.attn
+        assert P.shape == (3, 4, 9, 9)
+        torch.testing.assert_close(P.sum(-1), torch.ones(3, 4, 9, dtype=torch.float64))
+        assert (P.triu(1) == 0).all()  # causal
+        V = repeat_kv(split_heads(X @ attn.W_V, attn.n_kv_heads), attn.n_heads)
+        torch.testing.assert_close(merge_heads(P @ V) @ attn.W_O, Y)
+
+
+def test_scores_match_explicit_loops():
+    P = torch.softmax(torch.randn(2, 3, 6, 6), -1).tril()
+    P = P / P.sum(-1, keepdim=True)
+    ids = torch.tensor([[1, 2, 1, 3, 2, 1], [4, 4, 4, 5, 6, 5]])
+    prev = torch.stack([P[:, h].diagonal(-1, -2, -1).mean() for h in range(3)])
+    torch.testing.assert_close(probes.previous_token_score(P), prev)
+    scores = []
+    for h in range(3):
+        w = []
+        for b in range(2):
+            for i in range(6):
+                js = [j for j in range(i) if ids[b, j] == ids[b, i]]
+                if js:
+                    w.append(sum(P[b, h, i, j + 1] for j in js))
+        scores.append(torch.stack(w).mean())
+    torch.testing.assert_close(probes.induction_score(P, ids), torch.stack(scores))
+
+
+def test_ablating_a_head_zeroes_its_contribution():
+    model = attnlib.TinyDecoder(20, d_model=16, n_layers=1, n_heads=4, seed=0).double()
+    ids = torch.randint(20, (2, 7))
+    h = 2
+    ablated = probes.ablate_heads(model, [(0, h)])
+    X = model.blocks[0].attn_norm(model.E[ids])  # the attention input of layer 0
+    attn = model.blocks[0].attn
+    P = probes.attention_maps(model, ids, dtype=None)[0]
+    heads = P @ split_heads(X @ attn.W_V, 4)  # (B, H, N, d_head)
+    heads[:, h] = 0
+    torch.testing.assert_close(ablated.blocks[0].attn(X, causal=True),
+                               merge_heads(heads) @ attn.W_O)
+    assert not torch.equal(model.blocks[0].attn.W_O, ablated.blocks[0].attn.W_O)
+    losses = probes.head_ablation(model, ids, ids)
+    assert losses.shape == (1, 4)
+    assert losses[0, h].item() == attnlib.train.evaluate(ablated, ids, ids)["loss"]
+
+
+def test_first_token_share_and_its_uniform_value():
+    model = attnlib.TinyDecoder(20, d_model=16, n_layers=2, n_heads=2, seed=0)
+    ids = torch.randint(20, (2, 8))
+    maps = probes.attention_maps(model, ids)
+    share = probes.first_token_share(model, ids)
+    torch.testing.assert_close(share[1], maps[1][:, :, 1:, 0].mean(dim=(0, 2)))
+    assert math.isclose(probes.uniform_first_token_share(4), (1 / 2 + 1 / 3 + 1 / 4) / 3)
+
+
+def test_probes_refuse_latent_attention():
+    model = attnlib.TinyDecoder(20, d_model=16, n_layers=1, n_heads=2, attention="mla",
+                                d_latent=4)
+    with pytest.raises(TypeError, match="must be a GroupedQueryAttention"):
+        probes.attention_maps(model, torch.zeros(1, 3, dtype=torch.int64))
+    assert tasks.IGNORE == -100
