@@ -9,6 +9,10 @@ to 1, so a head with nothing to read must still average some values; without a g
 learns to park its weight on a token whose value is close to 0 (an attention sink), while
 a gated head can simply close its gate.
 
+:class:`GatedAttention` is grouped-query attention with this gate on every head; a
+:class:`attnlib.TinyDecoder` built with ``attention="gated"`` uses it in every block (the
+``"book-gated"`` model of :mod:`attnlib.pretrained`).
+
 Lesson: 09_frontier.
 """
 
@@ -17,9 +21,11 @@ from __future__ import annotations
 import torch
 
 from attnlib._checks import check_matrix, check_tensor, entry_point
-from attnlib.heads import split_heads
+from attnlib._params import init_weight
+from attnlib.gqa import GroupedQueryAttention
+from attnlib.heads import merge_heads, split_heads
 
-__all__ = ["output_gate"]
+__all__ = ["GatedAttention", "output_gate"]
 
 
 @entry_point
@@ -67,3 +73,39 @@ def output_gate(Y: torch.Tensor, X: torch.Tensor, W_theta: torch.Tensor) -> torc
     if heads:
         G = split_heads(G, Y.shape[-3])  # (..., H, N, d_head)
     return Y * G
+
+
+class GatedAttention(GroupedQueryAttention):
+    """Grouped-query attention with an output gate: ``Y = concat_col(Y_h * G_h) W_O``.
+
+    ``G = sigmoid(X W_theta)``, one gate per output coordinate of every head, computed
+    from the rows the queries come from (Qiu et al. 2025's head-specific, elementwise
+    gate, placed after ``Z^-1 A V`` and before ``W_O``). The parameters are those of
+    :class:`~attnlib.gqa.GroupedQueryAttention` plus ``W_theta (d_in, H * d_head)``, drawn
+    like the others; everything else, the cache included, is GQA's.
+
+    Args:
+        d_in, n_heads, n_kv_heads, d_head, d_out: as for
+            :class:`~attnlib.gqa.GroupedQueryAttention`.
+        **kw: its keyword arguments (``rope_base``, ``device``, ``dtype``, ...).
+
+    Example:
+        >>> attn = GatedAttention(d_in=16, n_heads=4, n_kv_heads=2, d_head=4)
+        >>> with torch.no_grad():
+        ...     _ = attn.W_theta.fill_(-1e4)  # every gate shut
+        >>> attn(torch.ones(2, 5, 16), causal=True).abs().max().item()
+        0.0
+
+    Lesson: 09_frontier.
+    """
+
+    def __init__(self, d_in: int, n_heads: int, n_kv_heads: int, d_head: int,
+                 d_out: int | None = None, **kw) -> None:
+        super().__init__(d_in, n_heads, n_kv_heads, d_head, d_out, **kw)
+        W = self.W_Q
+        self.W_theta = init_weight(d_in, n_heads * d_head, device=W.device, dtype=W.dtype)
+
+    def _output(self, Y: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+        """``(merge_heads(Y) * sigmoid(X W_theta)) W_O``: gated before the heads mix."""
+        gate = torch.sigmoid(X @ self.W_theta)  # (..., N_Q, H d_head)
+        return (merge_heads(Y) * gate) @ self.W_O  # (..., N_Q, H d_head) @ (H d_head, d_out)

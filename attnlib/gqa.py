@@ -190,6 +190,10 @@ class GroupedQueryAttention(nn.Module):
         if cache is not None:
             K, V = cache.update(K, V)  # every token so far, keys already rotated
         Y = grouped_query_attention(Q, K, V, mask=head_mask(mask), causal=causal, impl=impl)
+        return self._output(Y, X)
+
+    def _output(self, Y: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+        """``concat_col(Y_1 .. Y_H) W_O``; a variant may change the heads first (a gate)."""
         return merge_heads(Y) @ self.W_O  # (..., N_Q, H d_head) @ (H d_head, d_out)
 
     def _rope(

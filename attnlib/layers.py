@@ -41,6 +41,7 @@ from attnlib._checks import (
 )
 from attnlib._params import init_weight
 from attnlib.cache import KVCache, LatentCache
+from attnlib.gates import GatedAttention
 from attnlib.gqa import GroupedQueryAttention
 from attnlib.mla import MultiHeadLatentAttention
 from attnlib.norms import LayerNorm, RMSNorm
@@ -65,8 +66,9 @@ NORM_KINDS = ("rms", "layer")
 FFN_KINDS = ("swiglu", "gelu", "relu")
 """The feed-forward networks of :class:`FeedForward`."""
 
-ATTENTION_KINDS = ("gqa", "mla")
-"""The attention sublayers of :class:`TransformerBlock`."""
+ATTENTION_KINDS = ("gqa", "mla", "gated")
+"""The attention sublayers of :class:`TransformerBlock` (``"gated"``: GQA with the output
+gate of :class:`attnlib.gates.GatedAttention`)."""
 
 
 def _make_norm(kind: str, d: int, **kw) -> nn.Module:
@@ -332,15 +334,14 @@ class TransformerBlock(nn.Module):
         d_ff = 4 * d_model if d_ff is None else check_positive_int("d_ff", d_ff)
         kw = {"device": device, "dtype": dtype}
 
-        if attention == "gqa":
+        if attention != "mla":
             for name, value, default in (("d_latent", d_latent, None),
                                          ("d_latent_q", d_latent_q, None), ("d_rope", d_rope, 0)):
                 if value != default:
                     raise ValueError(f"{name} applies to attention='mla' only; got {value!r}")
             n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-            self.attn = GroupedQueryAttention(
-                d_model, n_heads, n_kv_heads, d_head, rope_base=rope_base, **kw
-            )
+            kind = GatedAttention if attention == "gated" else GroupedQueryAttention
+            self.attn = kind(d_model, n_heads, n_kv_heads, d_head, rope_base=rope_base, **kw)
         else:
             if n_kv_heads is not None:
                 raise ValueError(
@@ -429,7 +430,7 @@ class TransformerBlock(nn.Module):
         if nested_call():
             return
         check_last_dim("x", check_tensor("x", x, min_dim=2), self.d_model, "d_model of this block")
-        cache_type = KVCache if self.attention == "gqa" else LatentCache
+        cache_type = LatentCache if self.attention == "mla" else KVCache
         check_module_inputs(
             x, d_in=self.d_model, like=self.attn.W_O, causal=causal, mask=mask,
             positions=positions, cache=cache, cache_type=cache_type,
@@ -580,7 +581,7 @@ class TinyDecoder(nn.Module):
     def new_caches(self) -> list[KVCache | LatentCache]:
         """One empty cache per layer: :class:`KVCache` for ``"gqa"``, :class:`LatentCache`
         for ``"mla"``. Pass the list as ``caches=`` to :meth:`forward`."""
-        kind = KVCache if self.attention == "gqa" else LatentCache
+        kind = LatentCache if self.attention == "mla" else KVCache
         return [kind() for _ in range(self.n_layers)]
 
     @entry_point
@@ -663,7 +664,7 @@ class TinyDecoder(nn.Module):
             )
 
     def _check_caches(self, caches: object) -> None:
-        kind = KVCache if self.attention == "gqa" else LatentCache
+        kind = LatentCache if self.attention == "mla" else KVCache
         if not isinstance(caches, (list, tuple)) or len(caches) != self.n_layers:
             got = len(caches) if isinstance(caches, (list, tuple)) else type(caches).__name__
             raise ValueError(
