@@ -10,7 +10,8 @@ token ids and measures something about its attention sublayers:
 - :func:`ablate_heads`: a copy of the model with chosen heads zeroed (their rows of
   ``W_O``), and :func:`head_ablation`, the held-out loss with each head zeroed in turn;
 - :func:`first_token_share`: the mean weight on position 0, the attention-sink statistic,
-  next to :func:`uniform_first_token_share`, its value under uniform causal attention.
+  next to :func:`uniform_first_token_share`, its value under uniform causal attention;
+  :func:`gate_openness`: how far a gated model's output gates are open.
 
 By default the model runs in float64 on a copy (``dtype=torch.float64``), so what a lesson
 prints is the same on every CPU.
@@ -36,6 +37,7 @@ __all__ = [
     "ablate_heads",
     "attention_maps",
     "first_token_share",
+    "gate_openness",
     "head_ablation",
     "induction_score",
     "previous_token_score",
@@ -97,6 +99,12 @@ def attention_maps(
     """
     _check_decoder(model)
     model = _as(model, dtype)
+    inputs = _attention_inputs(model, ids)
+    return [_weights(b.attn, X) for b, X in zip(model.blocks, inputs, strict=True)]
+
+
+def _attention_inputs(model: nn.Module, ids: torch.Tensor) -> list[torch.Tensor]:
+    """What each block hands its attention sublayer, recorded during one forward pass."""
     inputs: list[torch.Tensor] = []
     hooks = [b.attn.register_forward_pre_hook(lambda _m, args: inputs.append(args[0]))
              for b in model.blocks]
@@ -105,7 +113,7 @@ def attention_maps(
     finally:
         for h in hooks:
             h.remove()
-    return [_weights(b.attn, X) for b, X in zip(model.blocks, inputs, strict=True)]
+    return inputs
 
 
 def previous_token_score(P: torch.Tensor) -> torch.Tensor:
@@ -205,6 +213,30 @@ def first_token_share(
     """
     maps = attention_maps(model, ids, dtype=dtype)
     return torch.stack([P[..., 1:, 0].mean(dim=(0, -1)) for P in maps])
+
+
+@torch.no_grad()
+def gate_openness(
+    model: nn.Module, ids: torch.Tensor, *, dtype: torch.dtype | None = torch.float64
+) -> torch.Tensor:
+    """Mean output gate ``sigmoid(X W_theta)`` per layer and head, ``(n_layers, n_heads)``.
+
+    For a model built with ``attention="gated"`` (:class:`attnlib.gates.GatedAttention`):
+    the average, over rows, positions and a head's ``d_head`` coordinates, of the factor
+    its output is multiplied by. Near 0 a head is mostly shut; near 1, open.
+
+    Lesson: 09_frontier.
+    """
+    _check_decoder(model)
+    if not all(hasattr(b.attn, "W_theta") for b in model.blocks):
+        raise TypeError("model must have gated attention in every block (attention='gated')")
+    model = _as(model, dtype)
+    inputs = _attention_inputs(model, ids)
+    out = []
+    for block, X in zip(model.blocks, inputs, strict=True):
+        gate = torch.sigmoid(X @ block.attn.W_theta)  # (B, N, H d_head)
+        out.append(split_heads(gate, block.attn.n_heads).mean(dim=(0, 2, 3)))
+    return torch.stack(out)
 
 
 def uniform_first_token_share(n_tokens: int) -> float:

@@ -41,10 +41,23 @@ from attnlib._checks import (
 from attnlib.tasks import IGNORE
 
 __all__ = [
+    "CARD_DECIMALS",
+    "FINETUNES",
+    "HELD_OUT_SEED",
+    "RECIPES",
     "SCHEDULES",
+    "Finetune",
+    "Recipe",
+    "attention_parameters",
     "evaluate",
+    "held_out",
+    "main",
+    "make",
     "learning_rate",
     "next_token_loss",
+    "position_losses",
+    "recipe_config",
+    "recipe_data",
     "train",
 ]
 
@@ -176,6 +189,16 @@ def train(
     return losses
 
 
+def attention_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """The parameters of every attention sublayer of a decoder (``blocks[i].attn``).
+
+    ``W_Q, W_K, W_V, W_O`` for GQA (and ``W_theta`` with a gate), ``W_L, W_LK, W_LV,
+    W_LQQ, W_O`` for MLA: what a conversion changes, with the queries and ``W_O`` that read
+    it. Pass them as ``parameters=`` to :func:`train` for a short fine-tune of attention alone.
+    """
+    return [p for n, p in model.named_parameters() if ".attn." in n]
+
+
 @torch.no_grad()
 def evaluate(
     model: nn.Module,
@@ -223,6 +246,43 @@ def evaluate(
         count += int(keep.sum())
     model.train(was_training)
     return {"loss": total / count, "accuracy": correct / count, "tokens": count}
+
+
+@torch.no_grad()
+def position_losses(
+    model: nn.Module,
+    ids: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    dtype: torch.dtype | None = torch.float64,
+    batch_size: int = 16,
+) -> torch.Tensor:
+    """The loss at each position, averaged over the rows: ``(N,)`` float64, nats per token.
+
+    Entry ``i`` is the mean cross-entropy of the predictions made at position ``i`` (over
+    the rows whose target there is not ``-100``; NaN where no row has one). Evaluated like
+    :func:`evaluate`, on a float64 copy by default. Averaging blocks of positions shows
+    what happens past the length a model was trained on (lesson 08).
+    """
+    check_positive_int("batch_size", batch_size)
+    if ids.shape != targets.shape or ids.dim() != 2:
+        raise ValueError(f"ids and targets must both have shape (B, N); got {tuple(ids.shape)} "
+                         f"and {tuple(targets.shape)}")
+    if dtype is not None:
+        model = copy.deepcopy(model).to(dtype)
+    was_training = model.training
+    model.eval()
+    total = torch.zeros(ids.shape[1], dtype=torch.float64)
+    count = torch.zeros(ids.shape[1], dtype=torch.float64)
+    for start in range(0, ids.shape[0], batch_size):
+        logits = model(ids[start:start + batch_size]).to(torch.float64)  # (b, N, vocab)
+        t = targets[start:start + batch_size]
+        keep = t != IGNORE
+        nll = -torch.log_softmax(logits, dim=-1).gather(-1, t.clamp(min=0)[..., None])[..., 0]
+        total += (nll * keep).sum(dim=0).cpu()
+        count += keep.sum(dim=0).cpu()
+    model.train(was_training)
+    return total / count
 
 
 # ---------------------------------------------------------------------------------------
@@ -430,11 +490,11 @@ def make(name: str, out: str | Path | None = None, *, log_every: int = 250) -> d
     ids, targets = held_out(name)
     at_init = _metrics(model, ids, targets)
     data = recipe_data(name, torch.Generator().manual_seed(recipe.data_seed))
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     losses = train(model, data, steps=recipe.steps, lr=recipe.lr, schedule=recipe.schedule,
                    warmup=recipe.warmup, weight_decay=recipe.weight_decay, clip=recipe.clip,
                    log_every=log_every)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     card = {
         "name": name, "task": recipe.task, "description": recipe.description,
         "config": config, "steps": recipe.steps, "seed": config["seed"],
@@ -443,6 +503,7 @@ def make(name: str, out: str | Path | None = None, *, log_every: int = 250) -> d
         "held_out": _metrics(model, ids, targets), "held_out_at_init": at_init,
         "final_train_loss": round(sum(losses[-50:]) / len(losses[-50:]), 4),
         "parameters": _n_params(model), "train_seconds": round(seconds, 1),
+        "train_cpu_seconds": round(cpu, 1),
         "torch_version": torch.__version__, "threads": torch.get_num_threads(),
     }
     if recipe.task == "book":
@@ -466,13 +527,13 @@ def _make_finetunes(name: str, out: Path, *, log_every: int) -> list[dict]:
     for value in ft.values:
         model = convert(base, value)
         before = _metrics(model, ids, targets)
-        params = pretrained._attention_parameters(model)
+        params = attention_parameters(model)
         data = recipe_data(ft.base, torch.Generator().manual_seed(ft.data_seed))
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         train(model, data, steps=ft.steps, lr=ft.lr, schedule=ft.schedule, warmup=ft.warmup,
               weight_decay=ft.weight_decay, clip=ft.clip, parameters=params,
               log_every=log_every)
-        seconds = time.perf_counter() - start
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         file = f"{ft.base}-{'gqa' if ft.conversion == 'n_kv_heads' else 'mla'}{value}"
         card = {
             "name": file, "base": ft.base, "variant": {ft.conversion: value},
@@ -482,7 +543,8 @@ def _make_finetunes(name: str, out: Path, *, log_every: int) -> list[dict]:
             "held_out_base": base_card["held_out"],
             "parameters": _n_params(model),
             "trained_parameters": sum(p.numel() for p in params),
-            "train_seconds": round(seconds, 1), "torch_version": torch.__version__,
+            "train_seconds": round(seconds, 1), "train_cpu_seconds": round(cpu, 1),
+            "torch_version": torch.__version__,
         }
         state = {k: v for k, v in model.state_dict().items() if ".attn." in k}
         torch.save(state, out / f"{file}.pt")

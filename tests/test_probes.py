@@ -87,3 +87,15 @@ def test_probes_refuse_latent_attention():
     with pytest.raises(TypeError, match="must be a GroupedQueryAttention"):
         probes.attention_maps(model, torch.zeros(1, 3, dtype=torch.int64))
     assert tasks.IGNORE == -100
+
+
+def test_gate_openness_is_the_mean_gate():
+    model = attnlib.TinyDecoder(20, d_model=16, n_layers=2, n_heads=4, attention="gated",
+                                seed=0).double()
+    ids = torch.randint(20, (2, 5))
+    X = model.blocks[0].attn_norm(model.E[ids])  # layer 0's attention input
+    gate = torch.sigmoid(X @ model.blocks[0].attn.W_theta)  # (B, N, H d_head)
+    expected = torch.stack([gate[..., 4 * h:4 * h + 4].mean() for h in range(4)])
+    torch.testing.assert_close(probes.gate_openness(model, ids)[0], expected)
+    with pytest.raises(TypeError, match="gated attention in every block"):
+        probes.gate_openness(attnlib.TinyDecoder(20, d_model=16, n_layers=1, n_heads=2), ids)

@@ -101,3 +101,17 @@ def test_recall_batches_mix_in_induction_rows():
 def test_cli_rejects_unknown_names(capsys):
     with pytest.raises(ValueError, match="NAME must be one of"):
         train.main(["no-such-model"])
+
+
+def test_position_losses_average_each_position_over_rows():
+    model = attnlib.TinyDecoder(32, d_model=16, n_layers=1, n_heads=2, seed=0)
+    ids, targets = tasks.induction(batch_size=5, n_tokens=12, generator=torch.Generator())
+    got = train.position_losses(model, ids, targets, batch_size=2)
+    logits = model.double()(ids)
+    for i in range(12):
+        rows = [b for b in range(5) if targets[b, i] != -100]
+        if not rows:
+            assert math.isnan(got[i])
+            continue
+        nll = [-torch.log_softmax(logits[b, i], -1)[targets[b, i]] for b in rows]
+        assert math.isclose(got[i].item(), torch.stack(nll).mean().item(), rel_tol=1e-9)
