@@ -9,9 +9,10 @@ to 1, so a head with nothing to read must still average some values; without a g
 learns to park its weight on a token whose value is close to 0 (an attention sink), while
 a gated head can simply close its gate.
 
-:class:`GatedAttention` is grouped-query attention with this gate on every head; a
-:class:`attnlib.TinyDecoder` built with ``attention="gated"`` uses it in every block (the
-``"book-gated"`` model of :mod:`attnlib.pretrained`).
+:class:`GatedAttention` is grouped-query attention with this gate on every head; it is
+registered as attention variant ``"gated"``, so ``attnlib.TinyDecoder(...,
+attention="gated")`` uses it in every block (the ``"book-gated"`` model of
+:mod:`attnlib.pretrained`).
 
 Lesson: 09_frontier.
 """
@@ -20,15 +21,15 @@ from __future__ import annotations
 
 import torch
 
-from attnlib._checks import check_matrix, check_tensor, entry_point
+from attnlib._checks import check_matrix, check_tensor
 from attnlib._params import init_weight
 from attnlib.gqa import GroupedQueryAttention
 from attnlib.heads import merge_heads, split_heads
+from attnlib.variants import register_attention
 
 __all__ = ["GatedAttention", "output_gate"]
 
 
-@entry_point
 def output_gate(Y: torch.Tensor, X: torch.Tensor, W_theta: torch.Tensor) -> torch.Tensor:
     """``Y' = Y * sigmoid(X W_theta)``: the head-specific, elementwise output gate.
 
@@ -54,6 +55,14 @@ def output_gate(Y: torch.Tensor, X: torch.Tensor, W_theta: torch.Tensor) -> torc
 
     Lesson: 09_frontier.
     """
+    _check_gate(Y, X, W_theta)
+    G = torch.sigmoid(X @ W_theta)  # (..., N, H d_head) or (..., N, d_V)
+    if Y.dim() > X.dim():  # every head: column block h gates head h
+        G = split_heads.unchecked(G, Y.shape[-3])  # (..., H, N, d_head)
+    return Y * G
+
+
+def _check_gate(Y: object, X: object, W_theta: object) -> None:
     check_tensor("Y", Y, min_dim=2)
     check_tensor("X", X, min_dim=2)
     check_matrix("W_theta", W_theta, rows=X.shape[-1])
@@ -69,10 +78,6 @@ def output_gate(Y: torch.Tensor, X: torch.Tensor, W_theta: torch.Tensor) -> torc
             f"W_theta must have shape {layout} = ({X.shape[-1]}, {width}) and Y the N = "
             f"{X.shape[-2]} rows of X; got W_theta {tuple(W_theta.shape)}, Y {tuple(Y.shape)}"
         )
-    G = torch.sigmoid(X @ W_theta)  # (..., N, H d_head) or (..., N, d_V)
-    if heads:
-        G = split_heads(G, Y.shape[-3])  # (..., H, N, d_head)
-    return Y * G
 
 
 class GatedAttention(GroupedQueryAttention):
@@ -82,12 +87,16 @@ class GatedAttention(GroupedQueryAttention):
     from the rows the queries come from (Qiu et al. 2025's head-specific, elementwise
     gate, placed after ``Z^-1 A V`` and before ``W_O``). The parameters are those of
     :class:`~attnlib.gqa.GroupedQueryAttention` plus ``W_theta (d_in, H * d_head)``, drawn
-    like the others; everything else, the cache included, is GQA's.
+    like the others after them; everything else (the checks, RoPE, the cache and
+    :meth:`new_cache`) is GQA's.
 
     Args:
         d_in, n_heads, n_kv_heads, d_head, d_out: as for
             :class:`~attnlib.gqa.GroupedQueryAttention`.
         **kw: its keyword arguments (``rope_base``, ``device``, ``dtype``, ...).
+
+    Equivalent to ``merge_heads(output_gate(Y, X, W_theta)) @ W_O``, with ``Y`` the heads
+    of :class:`~attnlib.gqa.GroupedQueryAttention`.
 
     Example:
         >>> attn = GatedAttention(d_in=16, n_heads=4, n_kv_heads=2, d_head=4)
@@ -108,4 +117,21 @@ class GatedAttention(GroupedQueryAttention):
     def _output(self, Y: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
         """``(merge_heads(Y) * sigmoid(X W_theta)) W_O``: gated before the heads mix."""
         gate = torch.sigmoid(X @ self.W_theta)  # (..., N_Q, H d_head)
-        return (merge_heads(Y) * gate) @ self.W_O  # (..., N_Q, H d_head) @ (H d_head, d_out)
+        return (merge_heads.unchecked(Y) * gate) @ self.W_O  # (..., N_Q, H d_head) @ W_O
+
+
+@register_attention("gated")
+def _gated_sublayer(
+    d_model: int,
+    n_heads: int,
+    d_head: int,
+    *,
+    n_kv_heads: int | None = None,
+    rope_base: float | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+) -> GatedAttention:
+    """A block's ``attention="gated"``: ``G = n_kv_heads`` (``None`` means ``H``)."""
+    G = n_heads if n_kv_heads is None else n_kv_heads
+    return GatedAttention(d_model, n_heads, G, d_head, rope_base=rope_base, device=device,
+                          dtype=dtype)

@@ -67,8 +67,8 @@ def variants(name: str) -> list[dict[str, int]]:
     """The shipped fine-tuned conversions of model ``name``, as the keywords :func:`load` takes.
 
     Example:
-        >>> variants("book")
-        [{'n_kv_heads': 1}, {'n_kv_heads': 2}]
+        >>> variants("recall")  # no conversion of it ships
+        []
     """
     _check_name(name)
     found = [c["variant"] for c in _cards().values() if c.get("base") == name]

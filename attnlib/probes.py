@@ -27,10 +27,11 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from attnlib._checks import check_positive_int, check_tensor, check_token_batch
 from attnlib.core import attention_weights
+from attnlib.gates import GatedAttention
 from attnlib.gqa import GroupedQueryAttention
 from attnlib.heads import repeat_kv, split_heads
-from attnlib.rope import apply_rope
 from attnlib.train import evaluate
 
 __all__ = [
@@ -61,15 +62,31 @@ def _as(model: nn.Module, dtype: torch.dtype | None) -> nn.Module:
     return model if dtype is None else copy.deepcopy(model).to(dtype)
 
 
+def _check_ids(model: nn.Module, ids: object) -> None:
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.is_floating_point():
+        got = tuple(ids.shape) if isinstance(ids, torch.Tensor) else type(ids).__name__
+        raise ValueError(f"ids must be integer token ids of shape (B, N); got {got}")
+    vocab = getattr(model, "vocab_size", None)
+    if ids.numel() and vocab is not None and not (0 <= int(ids.min()) <= int(ids.max()) < vocab):
+        raise ValueError(f"ids must lie in [0, vocab_size) = [0, {vocab}); got values in "
+                         f"[{int(ids.min())}, {int(ids.max())}]")
+
+
+def _check_maps(P: object) -> None:
+    check_tensor("P", P, min_dim=4)
+    if P.dim() != 4 or P.shape[-1] != P.shape[-2]:
+        raise ValueError(f"P must have shape (B, H, N, N); got {tuple(P.shape)}")
+
+
 def _weights(attn: GroupedQueryAttention, X: torch.Tensor) -> torch.Tensor:
     """``P = softmax(Q K^T / sqrt(d_head))`` with the causal mask, as ``attn`` computes it."""
-    Q = split_heads(X @ attn.W_Q, attn.n_heads)  # (B, H, N, d_head)
-    K = split_heads(X @ attn.W_K, attn.n_kv_heads)  # (B, G, N, d_head)
-    if attn.rope_base is not None:
-        positions = torch.arange(X.shape[-2], device=X.device)
-        rope = {"base": attn.rope_base, "interleaved": attn.rope_interleaved}
-        Q, K = apply_rope(Q, positions, **rope), apply_rope(K, positions, **rope)
-    return attention_weights(Q, repeat_kv(K, attn.n_heads), causal=True)  # (B, H, N, N)
+    Q = split_heads.unchecked(X @ attn.W_Q, attn.n_heads)  # (B, H, N, d_head)
+    K = split_heads.unchecked(X @ attn.W_K, attn.n_kv_heads)  # (B, G, N, d_head)
+    rope = attn._rope_tables(None, X.shape[-2], 0, X.dtype, X.device)  # the layer's own
+    if rope is not None:
+        Q, K = attn._rope(Q, K, *rope)
+    K = repeat_kv.unchecked(K, attn.n_heads)  # (B, H, N, d_head): head h reads its KV head
+    return attention_weights.unchecked(Q, K, causal=True)  # (B, H, N, N)
 
 
 @torch.no_grad()
@@ -98,21 +115,37 @@ def attention_maps(
     Lesson: 01_attention_as_lookup, 03_multi_head_attention.
     """
     _check_decoder(model)
-    model = _as(model, dtype)
+    _check_ids(model, ids)
+    return _attention_maps(_as(model, dtype), ids)
+
+
+def _attention_maps(model: nn.Module, ids: torch.Tensor) -> list[torch.Tensor]:
     inputs = _attention_inputs(model, ids)
     return [_weights(b.attn, X) for b, X in zip(model.blocks, inputs, strict=True)]
 
 
 def _attention_inputs(model: nn.Module, ids: torch.Tensor) -> list[torch.Tensor]:
-    """What each block hands its attention sublayer, recorded during one forward pass."""
+    """What each block hands its attention sublayer, recorded during one forward pass.
+
+    A block runs its sublayer's ``_forward`` (forward hooks never fire), so for the length
+    of the pass each sublayer's ``_forward`` is wrapped by one that records its input.
+    """
     inputs: list[torch.Tensor] = []
-    hooks = [b.attn.register_forward_pre_hook(lambda _m, args: inputs.append(args[0]))
-             for b in model.blocks]
+
+    def recording(run):
+        def run_and_record(X, *args, **kw):
+            inputs.append(X)
+            return run(X, *args, **kw)
+        return run_and_record
+
+    attns = [b.attn for b in model.blocks]
+    for attn in attns:
+        attn._forward = recording(attn._forward)
     try:
         model(ids)
     finally:
-        for h in hooks:
-            h.remove()
+        for attn in attns:
+            del attn._forward  # the class's method again
     return inputs
 
 
@@ -125,7 +158,10 @@ def previous_token_score(P: torch.Tensor) -> torch.Tensor:
     Returns:
         ``(H,)``; 1 for a head that always reads position ``i - 1``, about ``1 / i`` on
         average for uniform causal attention.
+
+    Lesson: 03_multi_head_attention.
     """
+    _check_maps(P)
     return P.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(0, -1))
 
 
@@ -153,7 +189,14 @@ def induction_score(P: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 
     Returns:
         ``(H,)``.
+
+    Lesson: 03_multi_head_attention.
     """
+    _check_maps(P)
+    if not isinstance(ids, torch.Tensor) or ids.shape != (P.shape[0], P.shape[-1]):
+        got = tuple(ids.shape) if isinstance(ids, torch.Tensor) else type(ids).__name__
+        raise ValueError(f"ids must have shape (B, N) = {(P.shape[0], P.shape[-1])}, the "
+                         f"rows and keys of P; got {got}")
     target = _after_earlier(ids)  # (B, N, N)
     has = target.any(dim=-1)  # (B, N): queries whose token occurred before
     w = (P * target[:, None]).sum(dim=-1)  # (B, H, N)
@@ -169,12 +212,26 @@ def ablate_heads(model: nn.Module, heads: Iterable[tuple[int, int]]) -> nn.Modul
     Lesson: 03_multi_head_attention.
     """
     _check_decoder(model)
+    heads = list(heads)
+    L = len(model.blocks)
+    for pair in heads:
+        if (not isinstance(pair, tuple) or len(pair) != 2
+                or not all(isinstance(v, int) for v in pair)):
+            raise TypeError(f"heads must hold (layer, head) pairs of ints; got {pair!r}")
+        layer, head = pair
+        if not 0 <= layer < L:
+            raise ValueError(f"layer must lie in [0, n_layers) = [0, {L}); got {layer}")
+        if not 0 <= head < model.blocks[layer].attn.n_heads:
+            raise ValueError(f"head must lie in [0, n_heads) = "
+                             f"[0, {model.blocks[layer].attn.n_heads}); got {head}")
+    return _ablate_heads(model, heads)
+
+
+def _ablate_heads(model: nn.Module, heads: list[tuple[int, int]]) -> nn.Module:
     out = copy.deepcopy(model)
     with torch.no_grad():
         for layer, head in heads:
             attn = out.blocks[layer].attn
-            if not (0 <= head < attn.n_heads):
-                raise ValueError(f"head must lie in [0, {attn.n_heads}); got {head}")
             attn.W_O[head * attn.d_head:(head + 1) * attn.d_head] = 0.0
     return out
 
@@ -191,16 +248,19 @@ def head_ablation(
     Lesson: 03_multi_head_attention.
     """
     _check_decoder(model)
+    _check_ids(model, ids)
+    check_token_batch(ids, targets)
     model = _as(model, dtype)
     L, H = len(model.blocks), model.blocks[0].attn.n_heads
     losses = torch.empty(L, H, dtype=torch.float64)
     for layer in range(L):
         for head in range(H):
-            ablated = ablate_heads(model, [(layer, head)])
-            losses[layer, head] = evaluate(ablated, ids, targets, dtype=None)["loss"]
+            ablated = _ablate_heads(model, [(layer, head)])
+            losses[layer, head] = evaluate.unchecked(ablated, ids, targets, dtype=None)["loss"]
     return losses
 
 
+@torch.no_grad()
 def first_token_share(
     model: nn.Module, ids: torch.Tensor, *, dtype: torch.dtype | None = torch.float64
 ) -> torch.Tensor:
@@ -211,7 +271,9 @@ def first_token_share(
 
     Lesson: 09_frontier.
     """
-    maps = attention_maps(model, ids, dtype=dtype)
+    _check_decoder(model)
+    _check_ids(model, ids)
+    maps = _attention_maps(_as(model, dtype), ids)
     return torch.stack([P[..., 1:, 0].mean(dim=(0, -1)) for P in maps])
 
 
@@ -228,17 +290,27 @@ def gate_openness(
     Lesson: 09_frontier.
     """
     _check_decoder(model)
-    if not all(hasattr(b.attn, "W_theta") for b in model.blocks):
+    if not all(isinstance(b.attn, GatedAttention) for b in model.blocks):
         raise TypeError("model must have gated attention in every block (attention='gated')")
+    _check_ids(model, ids)
     model = _as(model, dtype)
     inputs = _attention_inputs(model, ids)
     out = []
     for block, X in zip(model.blocks, inputs, strict=True):
         gate = torch.sigmoid(X @ block.attn.W_theta)  # (B, N, H d_head)
-        out.append(split_heads(gate, block.attn.n_heads).mean(dim=(0, 2, 3)))
+        out.append(split_heads.unchecked(gate, block.attn.n_heads).mean(dim=(0, 2, 3)))
     return torch.stack(out)
 
 
 def uniform_first_token_share(n_tokens: int) -> float:
-    """The first-token share of uniform causal attention: ``mean_{i=1}^{N-1} 1 / (i + 1)``."""
+    """The first-token share of uniform causal attention: ``mean_{i=1}^{N-1} 1 / (i + 1)``.
+
+    Query ``i`` sees ``i + 1`` keys, so uniform weights give position 0 a share ``1 / (i + 1)``;
+    the mean leaves out query 0, as :func:`first_token_share` does.
+
+    Lesson: 09_frontier.
+    """
+    check_positive_int("n_tokens", n_tokens)
+    if n_tokens < 2:
+        raise ValueError(f"n_tokens must be at least 2 (query 0 is left out); got {n_tokens}")
     return sum(1.0 / (i + 1) for i in range(1, n_tokens)) / (n_tokens - 1)

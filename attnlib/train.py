@@ -37,6 +37,7 @@ from attnlib._checks import (
     check_nonnegative_int,
     check_positive_float,
     check_positive_int,
+    check_token_batch,
 )
 from attnlib.tasks import IGNORE
 
@@ -228,9 +229,20 @@ def evaluate(
         A dict with ``"loss"``, ``"accuracy"`` and ``"tokens"`` (the positions counted).
     """
     check_positive_int("batch_size", batch_size)
-    if ids.shape != targets.shape:
-        raise ValueError(f"ids and targets must have the same shape; got {tuple(ids.shape)} "
-                         f"and {tuple(targets.shape)}")
+    check_token_batch(ids, targets)
+    return _evaluate(model, ids, targets, dtype=dtype, batch_size=batch_size)
+
+
+@torch.no_grad()
+def _evaluate(
+    model: nn.Module,
+    ids: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    dtype: torch.dtype | None = torch.float64,
+    batch_size: int = 64,
+) -> dict[str, float]:
+    """:func:`evaluate` without its input check (``evaluate.unchecked``)."""
     if dtype is not None:
         model = copy.deepcopy(model).to(dtype)
     was_training = model.training
@@ -246,6 +258,9 @@ def evaluate(
         count += int(keep.sum())
     model.train(was_training)
     return {"loss": total / count, "accuracy": correct / count, "tokens": count}
+
+
+evaluate.unchecked = _evaluate
 
 
 @torch.no_grad()
@@ -265,9 +280,7 @@ def position_losses(
     what happens past the length a model was trained on (lesson 08).
     """
     check_positive_int("batch_size", batch_size)
-    if ids.shape != targets.shape or ids.dim() != 2:
-        raise ValueError(f"ids and targets must both have shape (B, N); got {tuple(ids.shape)} "
-                         f"and {tuple(targets.shape)}")
+    check_token_batch(ids, targets)
     if dtype is not None:
         model = copy.deepcopy(model).to(dtype)
     was_training = model.training
@@ -461,7 +474,7 @@ CARD_DECIMALS = 5
 
 
 def _metrics(model: nn.Module, ids: torch.Tensor, targets: torch.Tensor) -> dict:
-    m = evaluate(model, ids, targets)
+    m = _evaluate(model, ids, targets)
     return {"loss": round(m["loss"], CARD_DECIMALS),
             "accuracy": round(m["accuracy"], CARD_DECIMALS), "tokens": m["tokens"]}
 

@@ -113,3 +113,19 @@ def test_gated_decoder_decodes_with_a_cache():
     pieces = torch.cat([model(ids[:, :4], caches=caches), model(ids[:, 4:], caches=caches)], 1)
     torch.testing.assert_close(pieces, model(ids))
     assert torch.equal(model.generate(ids, 5), model.generate(ids, 5, use_cache=False))
+
+
+def test_gated_attention_is_a_registered_variant():
+    import attnlib
+    from attnlib.cache import StaticKVCache
+    from attnlib.gates import GatedAttention
+    from attnlib.variants import ATTENTION
+
+    assert "gated" in ATTENTION
+    block = attnlib.TransformerBlock(16, 4, n_kv_heads=2, attention="gated", rope_base=100.0)
+    assert isinstance(block.attn, GatedAttention) and block.attn.n_kv_heads == 2
+    assert block.attn.rope_base == 100.0
+    assert isinstance(block.attn.new_cache(), attnlib.KVCache)
+    assert isinstance(block.attn.new_cache(8), StaticKVCache)
+    with pytest.raises(ValueError, match=r"d_latent applies to attention='mla' only"):
+        attnlib.TransformerBlock(16, 4, attention="gated", d_latent=4)

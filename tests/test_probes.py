@@ -17,23 +17,19 @@ def test_attention_maps_reproduce_each_attention_output(rope_base):
     model = attnlib.TinyDecoder(20, d_model=16, n_layers=2, n_heads=4, n_kv_heads=2,
                                 rope_base=rope_base, seed=0).double()
     ids = torch.randint(20, (3, 9))
-    seen, outputs = [], []
-
-    def record(module, args, out):
-        seen.append(args[0])
-        outputs.append(out)
-
-    for block in model.blocks:
-        block.attn.register_forward_hook(record)
     maps = probes.attention_maps(model, ids, dtype=None)
-    model(ids)
-    for block, P, X, Y in zip(model.blocks, maps, seen[-2:], outputs[-2:], strict=True):
+    h = model.E[ids]  # the residual stream, walked block by block (pre-norm blocks)
+    for block, P in zip(model.blocks, maps, strict=True):
         attn = block.attn
+        X = block.attn_norm(h)  # what the block hands its attention
         assert P.shape == (3, 4, 9, 9)
         torch.testing.assert_close(P.sum(-1), torch.ones(3, 4, 9, dtype=torch.float64))
         assert (P.triu(1) == 0).all()  # causal
         V = repeat_kv(split_heads(X @ attn.W_V, attn.n_kv_heads), attn.n_heads)
-        torch.testing.assert_close(merge_heads(P @ V) @ attn.W_O, Y)
+        torch.testing.assert_close(merge_heads(P @ V) @ attn.W_O, attn(X, causal=True))
+        h = block(h, causal=True)
+    torch.testing.assert_close(model.final_norm(h) @ model.output_weights(), model(ids))
+    assert not any("_forward" in vars(b.attn) for b in model.blocks)  # the recorders are gone
 
 
 def test_scores_match_explicit_loops():
@@ -99,3 +95,24 @@ def test_gate_openness_is_the_mean_gate():
     torch.testing.assert_close(probes.gate_openness(model, ids)[0], expected)
     with pytest.raises(TypeError, match="gated attention in every block"):
         probes.gate_openness(attnlib.TinyDecoder(20, d_model=16, n_layers=1, n_heads=2), ids)
+
+
+def test_probes_name_bad_arguments():
+    model = attnlib.TinyDecoder(20, d_model=16, n_layers=2, n_heads=2, seed=0)
+    ids = torch.randint(20, (2, 5))
+    with pytest.raises(ValueError, match=r"ids must lie in \[0, vocab_size\) = \[0, 20\)"):
+        probes.attention_maps(model, ids + 20)
+    with pytest.raises(ValueError, match=r"ids must be integer token ids of shape \(B, N\)"):
+        probes.first_token_share(model, ids[0])
+    with pytest.raises(ValueError, match=r"layer must lie in \[0, n_layers\) = \[0, 2\)"):
+        probes.ablate_heads(model, [(2, 0)])
+    with pytest.raises(ValueError, match=r"head must lie in \[0, n_heads\) = \[0, 2\)"):
+        probes.ablate_heads(model, [(0, 2)])
+    with pytest.raises(ValueError, match=r"P must have shape \(B, H, N, N\)"):
+        probes.previous_token_score(torch.ones(2, 3, 4, 5))
+    with pytest.raises(ValueError, match=r"ids must have shape \(B, N\) = \(2, 4\)"):
+        probes.induction_score(torch.ones(2, 3, 4, 4), ids)
+    with pytest.raises(ValueError, match="ids and targets must both have shape"):
+        probes.head_ablation(model, ids, ids[:, :3])
+    with pytest.raises(ValueError, match="n_tokens must be at least 2"):
+        probes.uniform_first_token_share(1)
