@@ -23,8 +23,9 @@ import torch
 
 from attnlib._checks import check_matrix, check_tensor
 from attnlib._params import init_weight
-from attnlib.gqa import GroupedQueryAttention
-from attnlib.heads import merge_heads, split_heads
+from attnlib.cache import KVCache
+from attnlib.gqa import GroupedQueryAttention, grouped_query_attention
+from attnlib.heads import head_mask, merge_heads, split_heads
 from attnlib.variants import register_attention
 
 __all__ = ["GatedAttention", "output_gate"]
@@ -88,7 +89,7 @@ class GatedAttention(GroupedQueryAttention):
     gate, placed after ``Z^-1 A V`` and before ``W_O``). The parameters are those of
     :class:`~attnlib.gqa.GroupedQueryAttention` plus ``W_theta (d_in, H * d_head)``, drawn
     like the others after them; everything else (the checks, RoPE, the cache and
-    :meth:`new_cache`) is GQA's.
+    :meth:`new_cache`) is GQA's, and so are the steps of ``_forward`` up to ``W_O``.
 
     Args:
         d_in, n_heads, n_kv_heads, d_head, d_out: as for
@@ -114,9 +115,34 @@ class GatedAttention(GroupedQueryAttention):
         W = self.W_Q
         self.W_theta = init_weight(d_in, n_heads * d_head, device=W.device, dtype=W.dtype)
 
-    def _output(self, Y: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
-        """``(merge_heads(Y) * sigmoid(X W_theta)) W_O``: gated before the heads mix."""
-        gate = torch.sigmoid(X @ self.W_theta)  # (..., N_Q, H d_head)
+    def _forward(
+        self,
+        X: torch.Tensor,
+        X_KV: torch.Tensor | None = None,
+        *,
+        causal: bool = False,
+        mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        impl: str = "auto",
+        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """GQA's ``_forward`` (:meth:`forward` without its check), the heads gated before
+        ``W_O``: ``(merge_heads(Y) * sigmoid(X W_theta)) W_O``."""
+        source = X if X_KV is None else X_KV  # the tokens that answer
+        Q = split_heads.unchecked(X @ self.W_Q, self.n_heads)  # (..., H, N_Q, d_head)
+        K = split_heads.unchecked(source @ self.W_K, self.n_kv_heads)  # (..., G, N_KV, d_head)
+        V = split_heads.unchecked(source @ self.W_V, self.n_kv_heads)  # (..., G, N_KV, d_head)
+        if self.rope_base is not None and X_KV is None:  # RoPE: self-attention only
+            if rope is None:
+                start = 0 if cache is None else cache.n_tokens
+                rope = self._rope_tables(positions, X.shape[-2], start, X.dtype, X.device)
+            Q, K = self._rope(Q, K, *rope)
+        if cache is not None:
+            K, V = cache._append(K, V)  # every token so far, keys already rotated
+        Y = grouped_query_attention.unchecked(Q, K, V, mask=head_mask.unchecked(mask),
+                                              causal=causal, impl=impl)  # (..., H, N_Q, d_head)
+        gate = torch.sigmoid(X @ self.W_theta)  # (..., N_Q, H d_head): from the query rows
         return (merge_heads.unchecked(Y) * gate) @ self.W_O  # (..., N_Q, H d_head) @ W_O
 
 

@@ -263,11 +263,6 @@ class GroupedQueryAttention(nn.Module):
             K, V = cache._append(K, V)  # every token so far, keys already rotated
         Y = _grouped_query_attention(Q, K, V, mask=head_mask.unchecked(mask), causal=causal,
                                      impl=impl)  # (..., H, N_Q, d_head)
-        return self._output(Y, X)
-
-    def _output(self, Y: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
-        """``concat_col(Y_1 .. Y_H) W_O`` from the heads ``Y (..., H, N_Q, d_head)``; a
-        variant may change the heads first (:class:`attnlib.gates.GatedAttention` gates them)."""
         return merge_heads.unchecked(Y) @ self.W_O  # (..., N_Q, H d_head) @ (H d_head, d_out)
 
     def new_cache(self, max_tokens: int | None = None) -> KVCache:

@@ -230,6 +230,8 @@ def evaluate(
     """
     check_positive_int("batch_size", batch_size)
     check_token_batch(ids, targets)
+    if not (targets != IGNORE).any():
+        raise ValueError("targets must have at least one position that is not -100; got none")
     return _evaluate(model, ids, targets, dtype=dtype, batch_size=batch_size)
 
 
@@ -243,21 +245,34 @@ def _evaluate(
     batch_size: int = 64,
 ) -> dict[str, float]:
     """:func:`evaluate` without its input check (``evaluate.unchecked``)."""
+    nll, hit = _token_scores(model, ids, targets, dtype=dtype, batch_size=batch_size)
+    count = int((targets != IGNORE).sum())
+    return {"loss": nll.sum().item() / count, "accuracy": int(hit.sum()) / count,
+            "tokens": count}
+
+
+def _token_scores(
+    model: nn.Module, ids: torch.Tensor, targets: torch.Tensor, *, dtype: torch.dtype | None,
+    batch_size: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each position's cross-entropy ``(B, N)`` float64 (0 where the target is ``-100``) and
+    whether its largest logit is the target (False there), on the CPU."""
     if dtype is not None:
         model = copy.deepcopy(model).to(dtype)
     was_training = model.training
     model.eval()
-    total, correct, count = 0.0, 0, 0
-    for start in range(0, ids.shape[0], batch_size):
-        logits = model(ids[start:start + batch_size])
-        t = targets[start:start + batch_size]
-        keep = t != IGNORE
-        logp = torch.log_softmax(logits[keep].to(torch.float64), dim=-1)  # (n, vocab)
-        total -= logp.gather(-1, t[keep][:, None]).sum().item()
-        correct += int((logits[keep].argmax(dim=-1) == t[keep]).sum())
-        count += int(keep.sum())
-    model.train(was_training)
-    return {"loss": total / count, "accuracy": correct / count, "tokens": count}
+    nll, hit = [], []
+    try:
+        for start in range(0, ids.shape[0], batch_size):
+            logits = model(ids[start:start + batch_size]).to(torch.float64)  # (b, N, vocab)
+            t = targets[start:start + batch_size]
+            keep = t != IGNORE
+            logp = torch.log_softmax(logits, dim=-1).gather(-1, t.clamp(min=0)[..., None])
+            nll.append(torch.where(keep, -logp[..., 0], 0.0).cpu())  # (b, N)
+            hit.append(((logits.argmax(dim=-1) == t) & keep).cpu())  # (b, N)
+    finally:
+        model.train(was_training)
+    return torch.cat(nll), torch.cat(hit)
 
 
 evaluate.unchecked = _evaluate
@@ -281,21 +296,8 @@ def position_losses(
     """
     check_positive_int("batch_size", batch_size)
     check_token_batch(ids, targets)
-    if dtype is not None:
-        model = copy.deepcopy(model).to(dtype)
-    was_training = model.training
-    model.eval()
-    total = torch.zeros(ids.shape[1], dtype=torch.float64)
-    count = torch.zeros(ids.shape[1], dtype=torch.float64)
-    for start in range(0, ids.shape[0], batch_size):
-        logits = model(ids[start:start + batch_size]).to(torch.float64)  # (b, N, vocab)
-        t = targets[start:start + batch_size]
-        keep = t != IGNORE
-        nll = -torch.log_softmax(logits, dim=-1).gather(-1, t.clamp(min=0)[..., None])[..., 0]
-        total += (nll * keep).sum(dim=0).cpu()
-        count += keep.sum(dim=0).cpu()
-    model.train(was_training)
-    return total / count
+    nll, _ = _token_scores(model, ids, targets, dtype=dtype, batch_size=batch_size)
+    return nll.sum(dim=0) / (targets != IGNORE).sum(dim=0).cpu()  # (N,): NaN where none
 
 
 # ---------------------------------------------------------------------------------------

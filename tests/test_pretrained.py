@@ -12,13 +12,7 @@ MODELS = pretrained.names()
 VARIANTS = [(name, v) for name in MODELS for v in pretrained.variants(name)]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """These models are small: one thread is fastest, and on a busy machine by far."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # small models: one thread is fastest
 
 
 def _close_to_card(got: dict, card: dict) -> None:

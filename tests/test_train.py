@@ -10,14 +10,7 @@ import torch
 import attnlib
 from attnlib import tasks, train
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """These models are small: one thread is fastest, and on a busy machine by far."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # small models: one thread is fastest
 
 
 def test_next_token_loss_is_the_mean_over_targets():
