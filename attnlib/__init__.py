@@ -17,6 +17,7 @@ Modules, one concept each (the chapter that explains it in brackets):
 - ``layers``     feed-forward, transformer blocks, ``TinyDecoder``        (04, 05)
 - ``memory``     cache byte accounting and published model presets       (00, 05, 06, 07)
 - ``flash``      exact tiled attention with an online softmax            (09)
+- ``randomised`` sampling, sketching and low-rank estimators of attention (10)
 - ``tokens``     toy tokenizers and the embedding lookup                 (00)
 - ``device``     the default device rule
 - ``viz``        figures and explorers for every chapter (loaded on first use)
@@ -33,8 +34,9 @@ Example:
             [1, 1, 1]], dtype=torch.int32)
 """
 
-# lesson 00's tokens and lesson 09's approx and gates, reachable as attnlib.tokens, ...
-from attnlib import approx, gates, tokens  # noqa: F401
+# lesson 00's tokens, lesson 09's approx and gates and lesson 10's randomised, reachable as
+# attnlib.tokens, ...
+from attnlib import approx, gates, randomised, tokens  # noqa: F401
 from attnlib.cache import KVCache, LatentCache
 from attnlib.core import KERNELS, attention, attention_weights, row_normalise, similarity
 from attnlib.device import default_device
