@@ -953,3 +953,76 @@ def _sparse_query_cost(answer: object) -> str | None:
             (_scalar(100 * expected), "that is a percentage; give the fraction."),
         ),
     )
+
+
+# ---------------------------------------------------------------------------------------
+# lesson 10: randomised attention
+
+
+@_register("10.1")
+def _sampled_row_error(answer: object) -> str | None:
+    """E (y_hat - y)^2 of Monte Carlo, m = 4 draws from P_0 = (0.5, 0.25, 0.25), v = (0, 2, 4)."""
+    from attnlib.randomised import sampling_variance
+
+    p = torch.tensor([[0.5, 0.25, 0.25]], dtype=torch.float64)
+    v = torch.tensor([[0.0], [2.0], [4.0]], dtype=torch.float64)
+    variance = float(sampling_variance(p, v)[0])
+    second_moment = float(p @ v.pow(2))
+    return _compare(
+        answer, _scalar(variance / 4), rel=1e-3, what="one number, the mean squared error",
+        mistakes=(
+            (_scalar(variance), "that is the variance of one sample; the mean of m = 4 "
+                                "independent samples has a quarter of it."),
+            (_scalar(math.sqrt(variance / 4)), "that is the standard deviation; the question "
+                                               "asks for the mean squared error."),
+            (_scalar(second_moment / 4), "that uses E[v^2] without subtracting y^2: the "
+                                         "variance is sum_j P_j (v_j - y)^2."),
+        ),
+    )
+
+
+@_register("10.2")
+def _optimal_columns(answer: object) -> str | None:
+    """The probabilities p_j ∝ |A_:j| |V_j| for the lesson's 2 x 3 matrix A and V = (1, 2, 2)."""
+    from attnlib.randomised import product_probabilities
+
+    A = torch.tensor([[4.0, 0.0, 1.0], [2.0, 1.0, 0.0]], dtype=torch.float64)
+    V = torch.tensor([[1.0], [2.0], [2.0]], dtype=torch.float64)
+    expected = product_probabilities(A, V)
+    columns, rows = A.norm(dim=0), V.norm(dim=1)
+    return _compare(
+        answer, expected, rel=1e-3, what="three probabilities, rho_0, rho_1, rho_2",
+        mistakes=(
+            (columns / columns.sum(), "those use the column norms of A only; weigh each "
+                                      "column by the norm of its row of V too."),
+            ((columns * rows).pow(2) / (columns * rows).pow(2).sum(),
+             "those are proportional to the squared products; the optimum is proportional "
+             "to |A_:j| |V_j| itself."),
+            (torch.full((3,), 1 / 3, dtype=torch.float64), "uniform probabilities are not "
+                                                             "optimal here: the first column "
+                                                             "is much heavier."),
+        ),
+    )
+
+
+@_register("10.3")
+def _uniform_ess(answer: object) -> str | None:
+    """ESS of m = 100 uniform draws for weights (0.9, 0.1/99, ..., 0.1/99) over N = 100 keys."""
+    from attnlib.randomised import effective_sample_size
+
+    P = torch.full((1, 100), 0.1 / 99, dtype=torch.float64)
+    P[0, 0] = 0.9
+    uniform = torch.full((1, 100), 0.01, dtype=torch.float64)
+    expected = float(effective_sample_size(P, uniform, m=100)[0])
+    got = _as_tensor(answer)
+    if got is not None and got.numel() == 1:
+        answer = got.reshape(())
+    return _compare(
+        answer, _scalar(expected), rel=1e-3, what="one number, an effective sample size",
+        mistakes=(
+            (_scalar(expected / 100), "that is the ESS per draw; the question asks for the "
+                                      "ESS of all 100 draws."),
+            (_scalar(100 * float(P.pow(2).sum())), "that is 1 + chi^2, the factor by which "
+                                                   "the draws are discounted: divide m by it."),
+        ),
+    )
