@@ -26,7 +26,10 @@ JB_FLAGS ?=
 # reduction orders differ from the default run. Committed outputs must pass in both.
 PORTABLE := ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
   MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41
-NBVAL := -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
+# nbval, one kernel per notebook and one notebook per CPU at a time (pytest-xdist; loadfile
+# keeps each notebook's cells together and in order).
+NBVAL := -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
+  -n auto --dist loadfile
 
 .PHONY: help book pdf serve lab execute test clean distclean
 

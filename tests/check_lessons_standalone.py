@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import venv
+from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
 
@@ -255,12 +256,14 @@ def check_environment(env: str, lessons: list[Path]) -> int:
     print(f"[{env}] the setup cell would install attnlib and "
           f"{', '.join(changes) if changes else 'nothing else'}", flush=True)
     failed = 0
-    for lesson in lessons:
-        ok, said = check_lesson(python, lesson)
-        print(f"[{env}] {lesson.name}: {'ok, ' + said if ok else 'FAILED'}", flush=True)
-        if not ok:
-            failed += 1
-            print(said, flush=True)
+    # One kernel per lesson, as many at once as there are CPUs; results print in order.
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        results = pool.map(lambda lesson: check_lesson(python, lesson), lessons)
+        for lesson, (ok, said) in zip(lessons, results, strict=True):
+            print(f"[{env}] {lesson.name}: {'ok, ' + said if ok else 'FAILED'}", flush=True)
+            if not ok:
+                failed += 1
+                print(said, flush=True)
     return failed
 
 
