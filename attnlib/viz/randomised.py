@@ -82,7 +82,7 @@ SHARPNESS: dict[str, float] = {"flat": 1.0, "peaked": 8.0}
 PROPOSALS: tuple[str, ...] = ("attention weights", "uniform", "key norms", "sketch")
 """The sampling distributions of the lesson: ``P`` itself (Monte Carlo) and three cheap ones."""
 
-SAMPLE_COUNTS: tuple[int, ...] = (1, 4, 16, 64, 256)
+SAMPLE_COUNTS: tuple[int, ...] = (1, 4, 16, 64)
 """The sample counts ``m`` of the explorer."""
 
 SKETCH_WIDTH = 16
