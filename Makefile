@@ -107,8 +107,9 @@ test: $(VENV_STAMP) $(NPM_STAMP)
 	@echo "== the PDF edition (single-page build printed by Chromium)"
 	$(MAKE) pdf
 	BOOK_SITE_REQUIRED=1 $(BIN)/python -m pytest tests/book/site/test_site_pdf.py
-	@echo "== the site in a browser (page weight, axe-core, phone width)"
-	BOOK_SITE_REQUIRED=1 $(BIN)/python -m pytest tests/book/site/test_site_browser.py
+	@echo "== the site in a browser (weight, layout shift, axe-core, figures, navigation, search)"
+	BOOK_SITE_REQUIRED=1 $(BIN)/python -m pytest tests/book/site/test_site_browser.py \
+	  tests/book/site/test_site_figures.py tests/book/site/test_site_reader.py
 	@echo "== actionlint"
 	$(BIN)/actionlint
 	@echo "make test: every check passed"

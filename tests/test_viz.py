@@ -71,7 +71,7 @@ def test_twin_step_k_shows_exactly_the_traces_of_figure_fn_at_value_k():
     slopes = [2.0, -1.0, 0.5]
     fig = viz.twin(_line, "slope", slopes, active=1, n=5)
     (slider,) = fig.layout.sliders
-    assert [s.label for s in slider.steps] == ["2.0", "-1.0", "0.5"]
+    assert [s.label for s in slider.steps] == ["2", "-1", "0.5"]
     assert slider.active == 1 and slider.currentvalue.prefix == "slope = "
     for k, slope in enumerate(slopes):
         ref = _line(slope, n=5)
@@ -84,12 +84,15 @@ def test_twin_step_k_shows_exactly_the_traces_of_figure_fn_at_value_k():
         assert [v for v in visible if v is not False] == [
             True if t.visible is None else t.visible for t in ref.data
         ]
+        # the step carries the figure's whole layout, container by container
         layout = slider.steps[k].args[1]
-        assert layout["title.text"] == ref.layout.title.text
+        assert layout["title"]["text"] == ref.layout.title.text
         notes = [a.text for a in ref.layout.annotations]
         assert [a["text"] for a in layout["annotations"]] == notes
         assert layout["shapes"][0]["y0"] == slope
-        assert layout["yaxis.range"] == list(ref.layout.yaxis.range)
+        assert layout["yaxis"]["range"] == list(ref.layout.yaxis.range)
+        assert layout["margin"] == ref.layout.margin.to_plotly_json()
+        assert "template" not in layout and "meta" not in layout
     # the figure opens on step `active`
     assert [t.visible for t in fig.data] == [False, True, "legendonly", False]
     assert fig.layout.title.text == _line(-1.0).layout.title.text
@@ -98,8 +101,54 @@ def test_twin_step_k_shows_exactly_the_traces_of_figure_fn_at_value_k():
 def test_twin_lets_an_unranged_step_autorange():
     fig = viz.twin(_line, ("slope", "ranged"), [(1, True), (3, False)])
     ranged, free = (s.args[1] for s in fig.layout.sliders[0].steps)
-    assert ranged["yaxis.range"] == [0, 4] and "yaxis.autorange" not in ranged
-    assert free["yaxis.autorange"] is True and "yaxis.range" not in free
+    assert ranged["yaxis"]["range"] == [0, 4] and "autorange" not in ranged["yaxis"]
+    assert free["yaxis"]["autorange"] is True and "range" not in free["yaxis"]
+
+
+def _panels(n: int) -> go.Figure:
+    """A figure with ``n`` side-by-side subplots (axes x, x2, ...), one trace on each."""
+    fig = go.Figure()
+    for i in range(n):
+        axis = "" if i == 0 else str(i + 1)
+        fig.add_trace(go.Scatter(x=[0, 1], y=[i, i], xaxis=f"x{axis}", yaxis=f"y{axis}"))
+        fig.update_layout({f"xaxis{axis}": {"domain": [i / n, (i + 1) / n - 0.05]},
+                           f"yaxis{axis}": {"anchor": f"x{axis}"}})
+    if n == 1:
+        fig.add_annotation(text="alone", x=0, y=0, showarrow=False)
+    return viz.style(fig, f"{n} panels")
+
+
+def test_twin_steps_change_the_subplots():
+    """A step with fewer subplots hides the axes it lacks and empties what it does not set,
+    so the figure draws exactly its own panels."""
+    fig = viz.twin(_panels, "n", [1, 3], active=1)
+    one, three = (s.args[1] for s in fig.layout.sliders[0].steps)
+    assert one["xaxis2"] == {"visible": False} and one["yaxis3"] == {"visible": False}
+    assert three["xaxis3"]["domain"] == [round(2 / 3, 6), 0.95]
+    assert three["annotations"] == [] and one["annotations"][0]["text"] == "alone"
+    assert fig.layout.xaxis3.domain == (round(2 / 3, 6), 0.95)
+
+
+def test_twin_describes_its_parameters_for_the_site():
+    """layout.meta["twin"]: each parameter's values (numbers sorted) and labels as the prose
+    writes them, each step's value indices, its traces and its own size."""
+    combos = [(2, 3), (1, 3), (2, 6)]
+    fig = viz.twin(_line, ("slope", "n"), combos, active=2, labels={"n": "points"})
+    meta = fig.layout.meta["twin"]
+    assert [(p["name"], p["label"], p["values"], p["text"]) for p in meta["params"]] == [
+        ("slope", "slope", [1, 2], ["1", "2"]), ("n", "points", [3, 6], ["3", "6"])]
+    assert meta["steps"] == [[1, 0], [0, 0], [1, 1]] and meta["active"] == 2
+    assert meta["traces"] == [[0, 1], [1, 2], [2, 3]]
+    for k, (slope, n) in enumerate(combos):
+        start, stop = meta["traces"][k]
+        (trace,) = fig.data[start:stop]
+        assert list(trace.x) == list(range(n)) and list(trace.y) == [slope * i for i in range(n)]
+        assert meta["size"][k] == {"height": viz.HEIGHT,
+                                   "margin": _line(slope).layout.margin.to_plotly_json()}
+    # the slider's room is added to plotly's own step, not to the site's size
+    assert fig.layout.height == viz.HEIGHT + 60
+    assert fig.layout.sliders[0].steps[0].args[1]["height"] == viz.HEIGHT + 60
+    assert len(json.dumps(fig.layout.meta["twin"])) < 2_000
 
 
 def test_twin_offers_combinations_of_several_parameters_on_one_slider():
@@ -111,6 +160,15 @@ def test_twin_offers_combinations_of_several_parameters_on_one_slider():
     for k, (slope, n) in enumerate(combos):
         (trace,) = [t for t, v in zip(fig.data, steps[k].args[0]["visible"], strict=True) if v]
         assert list(trace.x) == list(range(n)) and list(trace.y) == [slope * i for i in range(n)]
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(131072, "131,072"), (10000.0, "10,000"), (500_000.0, "500,000"), (4096, "4096"),
+     (0.3, "0.3"), (3.0, "3"), (-1.0, "-1"), (1e-9, "1e-09"), ("bf16", "bf16"), (True, "True")],
+)
+def test_format_value_writes_numbers_as_the_prose_does(value, text):
+    assert explore.format_value(value) == text
 
 
 def test_twin_json_is_stable_and_rounded():

@@ -92,7 +92,7 @@ def test_rotation_figure_matches_the_references(setting):
     offset, base = setting
     fig = vr.rotation_figure(offset, base)
     assert all(isinstance(t, go.Scatter) for t in fig.data)
-    rim, hands, tips, curve, level, current = fig.data
+    rim, hands, tips, labels, curve, level, current = fig.data
     np.testing.assert_allclose(np.hypot(rim.x, rim.y), 1.0, atol=1e-5)  # the unit circle
     angles = [offset * base ** (-2 * i / vr.D_EXPLORE) for i in range(vr.D_EXPLORE // 2)]
     radii = [1 - 0.1 * i for i in range(vr.D_EXPLORE // 2)]
@@ -101,6 +101,18 @@ def test_rotation_figure_matches_the_references(setting):
     np.testing.assert_allclose(tips.x, tips_x, atol=1e-6)
     np.testing.assert_allclose(tips.y, tips_y, atol=1e-6)
     assert list(tips.text) == [str(i) for i in range(vr.D_EXPLORE // 2)]
+    # every hand is named once, outside the rim; labels stand apart from each other
+    named = []
+    for text in labels.text:
+        for part in text.split(", "):
+            lo, _, hi = part.partition("-")
+            named += list(range(int(lo), int(hi or lo) + 1))
+    assert sorted(named) == list(range(vr.D_EXPLORE // 2))
+    np.testing.assert_allclose(np.hypot(labels.x, labels.y), vr._LABEL_RADIUS, atol=1e-5)
+    spots = sorted(math.atan2(y, x) % (2 * math.pi) for x, y in zip(labels.x, labels.y,
+                                                                   strict=True))
+    gaps = np.diff([*spots, spots[0] + 2 * math.pi]) if len(spots) > 1 else [math.inf]
+    assert min(gaps) >= vr._LABEL_GAP - 1e-9
     assert len(hands.x) == 3 * len(angles)
     s = _scores(base)
     np.testing.assert_allclose(curve.y, s, atol=1e-6)
@@ -138,7 +150,7 @@ def test_rotation_figure_rejects_bad_settings(kwargs, error, words):
 def test_rotation_twin_offers_every_setting_under_one_megabyte():
     fig = viz.twin(vr.rotation_figure, ("offset", "base"), list(vr.ROTATION_SETTINGS))
     assert len(fig.layout.sliders[0].steps) == len(vr.ROTATION_SETTINGS)
-    assert len(fig.data) == 6 * len(vr.ROTATION_SETTINGS)
+    assert len(fig.data) == 7 * len(vr.ROTATION_SETTINGS)
     assert len(fig.to_json()) < 1_000_000
 
 

@@ -42,7 +42,7 @@ from IPython.display import HTML, display
 
 from attnlib.viz.style import HEIGHT, rounded
 
-__all__ = ["explorer", "twin"]
+__all__ = ["explorer", "format_value", "twin"]
 
 FigureFn = Callable[..., go.Figure]
 
@@ -61,15 +61,21 @@ def twin(
     """The kernel-free twin of an explorer: ``figure_fn`` precomputed over ``values``.
 
     Step ``k`` of the slider shows the traces of ``figure_fn(**fixed, param=values[k])``
-    and applies that figure's title, annotations, shapes and axis ranges (a plotly
-    ``"update"`` step), so the twin needs no kernel. Every number is rounded
+    and that figure's whole layout (a plotly ``"update"`` step: titles, annotations, shapes,
+    every axis with its domain and range, legend, size), so the twin needs no kernel and a
+    step may change the figure's subplots. Every number is rounded
     (:func:`attnlib.viz.style.rounded`), so the JSON is the same on every CPU.
+
+    ``layout.meta["twin"]`` describes the steps for the book's site (see
+    :func:`_twin_meta`), which draws one control per parameter instead of plotly's single
+    slider; Jupyter and Colab use the slider.
 
     Args:
         figure_fn: keyword parameters -> ``go.Figure``.
         param: the parameter the slider moves, or a tuple of names for several at once.
         values: the slider's values in order; with a tuple ``param``, one tuple of values
-            (same length as ``param``) per step.
+            (same length as ``param``) per step: the combinations worth showing, so invalid
+            ones never appear.
         active: index of the step shown first.
         labels: display names of parameters for the slider caption, e.g.
             ``{"vocab_size": "N_T"}``.
@@ -77,7 +83,7 @@ def twin(
 
     Returns:
         go.Figure: all steps' traces (only step ``active`` visible) and one slider with
-        ``len(values)`` steps.
+        ``len(values)`` steps, labelled as the prose writes numbers (:func:`format_value`).
 
     Raises:
         ValueError: empty ``values``, a value of the wrong length, ``active`` out of
@@ -109,30 +115,36 @@ def twin(
         raise ValueError(f"{clash} appear both in param and as fixed values; give each once")
     _check_parameters(figure_fn, [*names, *fixed])
 
-    settings = [dict(zip(names, v if len(names) > 1 else (v,), strict=True)) for v in values]
-    figures = [_call(figure_fn, {**fixed, **s}) for s in settings]
-    axes = sorted({k for f in figures for k in f.layout.to_plotly_json()
-                   if k.startswith(_AXIS_PREFIXES)})
+    combos = [tuple(v) if len(names) > 1 else (v,) for v in values]
+    figures = [_call(figure_fn, {**fixed, **dict(zip(names, c, strict=True))}) for c in combos]
+    layouts = [_own_layout(f) for f in figures]
+    keys = list(dict.fromkeys(key for layout in layouts for key in layout))
 
-    first = figures[active]
-    fig = go.Figure(layout=copy.deepcopy(first.layout))
-    owner = []  # owner[j]: the step whose figure trace j comes from
-    shown = []  # shown[j]: the trace's own visibility inside its figure
+    fig = go.Figure(layout=copy.deepcopy(layouts[active]))
+    fig.update_layout(template=figures[active].layout.template)
+    spans = []  # spans[k]: the range of fig.data that step k's traces occupy
+    shown = []  # shown[j]: trace j's own visibility inside its figure
     for k, f in enumerate(figures):
+        start = len(fig.data)
         for trace in f.data:
             data = rounded(trace.to_plotly_json())
             shown.append(True if data.get("visible") is None else data["visible"])
             data["visible"] = shown[-1] if k == active else False
             fig.add_trace(data)
-            owner.append(k)
+        spans.append((start, len(fig.data)))
 
+    rooms = [_slider_room(f) for f in figures]
     steps = []
-    for k, f in enumerate(figures):
-        visible = [shown[j] if owner[j] == k else False for j in range(len(owner))]
+    for k, (lo, hi) in enumerate(spans):
+        visible = [shown[j] if lo <= j < hi else False for j in range(len(fig.data))]
+        layout = _step_layout(layouts[k], keys, _axes_used(figures[k]))
+        layout.update({key: value for key, value in rooms[k].items() if key != "slider"})
+        if "margin" in rooms[k]:
+            layout["margin"] = {**layouts[k].get("margin", {}), **rooms[k]["margin"]}
         steps.append({
             "method": "update",
-            "label": _label(values[k]),
-            "args": [{"visible": visible}, _layout_update(f, axes)],
+            "label": ", ".join(format_value(v) for v in combos[k]),
+            "args": [{"visible": visible}, layout],
         })
     caption = ", ".join((labels or {}).get(n, n) for n in names)
     slider = {
@@ -141,9 +153,11 @@ def twin(
         "pad": {"t": 50},
         "steps": steps,
     }
-    room = _slider_room(first)
+    room = dict(rooms[active])
     slider.update(room.pop("slider", {}))
-    fig.update_layout(sliders=[slider], **room)
+    meta = dict(layouts[active].get("meta") or {})
+    meta["twin"] = _twin_meta(names, labels or {}, combos, spans, active, layouts)
+    fig.update_layout(sliders=[slider], meta=meta, **room)
     return fig
 
 
@@ -167,6 +181,117 @@ def _slider_room(fig: go.Figure) -> dict:
         "height": height + grow,
         "margin": {"b": new_bottom},
         "slider": {"y": round(-below / plot, 4), "yanchor": "top", "pad": {"t": 0}},
+    }
+
+
+def format_value(value: object) -> str:
+    """A setting as the book's prose writes it: ``10,000`` for ``10000.0``, ``0.3``, ``bf16``.
+
+    Whole numbers of five digits or more get thousands separators (``131,072``); a float
+    that is a whole number loses its ``.0``; other floats keep their shortest form.
+
+    Example:
+        >>> [format_value(v) for v in (131072, 10000.0, 0.3, 3.0, 4096, "fp8", True)]
+        ['131,072', '10,000', '0.3', '3', '4096', 'fp8', 'True']
+    """
+    if isinstance(value, bool) or not _is_number(value):
+        return str(value)
+    if isinstance(value, float) and not value.is_integer():
+        return repr(value)
+    whole = int(value)
+    return f"{whole:,}" if abs(whole) >= 10_000 else str(whole)
+
+
+def _own_layout(fig: go.Figure) -> dict:
+    """``fig``'s layout as plotly JSON, rounded, without the template (the twin keeps the
+    first figure's) and without sliders."""
+    layout = fig.layout.to_plotly_json()
+    for key in ("template", "sliders"):
+        layout.pop(key, None)
+    return rounded(layout)
+
+
+def _axes_used(fig: go.Figure) -> set[str]:
+    """The layout keys of the axes ``fig``'s traces draw on (``xaxis``, ``yaxis2``, ...)."""
+    used = set()
+    for trace in fig.data:
+        for letter in ("x", "y"):
+            ref = getattr(trace, f"{letter}axis", None) or letter
+            used.add(f"{letter}axis{ref[1:]}")
+    return used
+
+
+def _step_layout(layout: dict, keys: Sequence[str], used: set[str]) -> dict:
+    """The relayout of one step: every top-level key any step sets, as this step has it.
+
+    plotly replaces a whole container (``xaxis2``, ``legend``) given as one key, so a step
+    carries each container in full. An axis this step's traces do not draw on is hidden;
+    one they draw on without setting it is plotly's default. Annotations and shapes it
+    lacks are emptied; any other container it lacks goes back to plotly's default
+    (``None``). An axis without a range autoranges.
+    """
+    update = {}
+    for key in keys:
+        if key == "meta":
+            continue
+        if key in layout or (key.startswith(_AXIS_PREFIXES) and key in used):
+            value = copy.deepcopy(layout.get(key, {}))
+            if key.startswith(_AXIS_PREFIXES) and "range" not in value:
+                value.setdefault("autorange", True)
+            update[key] = value
+        elif key.startswith(_AXIS_PREFIXES):
+            update[key] = {"visible": False}
+        elif key in _LIST_KEYS:
+            update[key] = []
+        else:
+            update[key] = None
+    return update
+
+
+_LIST_KEYS = ("annotations", "shapes", "images")
+
+
+def _distinct(values: Sequence) -> list:
+    """The distinct values, numbers ascending, anything else in order of appearance."""
+    distinct = list(dict.fromkeys(values))
+    return sorted(distinct) if all(_is_number(v) for v in distinct) else distinct
+
+
+def _twin_meta(
+    names: Sequence[str],
+    labels: Mapping[str, str],
+    combos: Sequence[tuple],
+    spans: Sequence[tuple[int, int]],
+    active: int,
+    layouts: Sequence[dict],
+) -> dict:
+    """What the site needs to give each parameter its own control.
+
+    ``params``: per parameter, its name, display label, distinct values (numbers ascending,
+    others in order of appearance) and their labels as the prose writes them
+    (:func:`format_value`). ``steps``: per step, the index of its value in each parameter's
+    list, so the site can tell which combinations exist. ``traces``: the range of
+    ``fig.data`` each step draws. ``size``: each step's own height and margin, without the
+    room plotly's slider takes (the site draws its controls outside the figure).
+    """
+    columns = [_distinct([c[i] for c in combos]) for i in range(len(names))]
+    params = [
+        {
+            "name": name,
+            "label": labels.get(name, name),
+            "values": [v if isinstance(v, (bool, int, float, str)) else str(v) for v in column],
+            "text": [format_value(v) for v in column],
+        }
+        for name, column in zip(names, columns, strict=True)
+    ]
+    order = [{v: j for j, v in enumerate(column)} for column in columns]
+    return {
+        "params": params,
+        "steps": [[order[i][c[i]] for i in range(len(names))] for c in combos],
+        "traces": [list(span) for span in spans],
+        "active": active,
+        "size": [{"height": layout.get("height"), "margin": layout.get("margin", {})}
+                 for layout in layouts],
     }
 
 
@@ -293,29 +418,6 @@ def _call(figure_fn: FigureFn, kwargs: dict) -> go.Figure:
         fn = getattr(figure_fn, "__name__", repr(figure_fn))
         raise TypeError(f"{fn} must return a plotly go.Figure; got {type(fig).__name__}")
     return fig
-
-
-def _layout_update(fig: go.Figure, axes: Sequence[str]) -> dict:
-    """The parts of ``fig``'s layout that change from step to step, as relayout keys."""
-    layout = fig.layout
-    update = {
-        "title.text": layout.title.text,
-        "annotations": [a.to_plotly_json() for a in layout.annotations],
-        "shapes": [s.to_plotly_json() for s in layout.shapes],
-    }
-    for axis in axes:
-        rng = layout[axis].range
-        if rng is None:
-            update[f"{axis}.autorange"] = True
-        else:
-            update[f"{axis}.range"] = list(rng)
-    return rounded(update)
-
-
-def _label(value: object) -> str:
-    if isinstance(value, (tuple, list)):
-        return ", ".join(str(v) for v in value)
-    return str(value)
 
 
 def _is_options(value: object) -> bool:

@@ -66,6 +66,7 @@ WIDE = 128
 """Columns drawn for ``W_Q``, ``W_K``, ``W_V`` (rows of ``W_O``): ``H d_head`` may not exceed it."""
 
 _ROWS, _COLS = 2, 4  # the explorer's grid: up to 8 heads
+_ROW_HEIGHT = 210  # px a row of panels takes; a single row of heads leaves out one
 _HEAD_COLORS = ("blue", "orange", "bluish green", "vermillion", "reddish purple", "sky blue",
                 "yellow", "black")
 
@@ -134,12 +135,13 @@ def head_patterns(
     return attention_weights(Q, K)  # (H, N, N)
 
 
-@lru_cache(maxsize=1)
-def _grid_layout() -> dict:
-    """The explorer's 2 x 4 grid of heatmap axes with token labels, built once."""
+@lru_cache(maxsize=2)
+def _grid_layout(rows: int) -> dict:
+    """The explorer's grid of heatmap axes with token labels: ``rows`` rows of
+    :data:`_COLS` panels, built once per row count."""
     n = len(TOKENS)
-    fig = make_subplots(rows=_ROWS, cols=_COLS,
-                        subplot_titles=[f"head {h}" for h in range(_ROWS * _COLS)],
+    fig = make_subplots(rows=rows, cols=_COLS,
+                        subplot_titles=[f"head {h}" for h in range(rows * _COLS)],
                         horizontal_spacing=0.06, vertical_spacing=0.16)
     ticks = {"tickmode": "array", "tickvals": list(range(n)), "ticktext": list(TOKENS),
              "showgrid": False, "tickfont": {"size": 10}}
@@ -149,7 +151,8 @@ def _grid_layout() -> dict:
         fig.update_yaxes(showticklabels=False, col=col)
     fig.update_yaxes(title_text="query", col=1)
     fig.update_layout(coloraxis={"colorscale": "Cividis", "cmin": 0, "cmax": 1,
-                                 "colorbar": {"title": {"text": "weight"}, "len": 0.8}})
+                                 "colorbar": {"title": {"text": "weight", "side": "right"},
+                                              "len": 0.8}})
     return fig.layout.to_plotly_json()
 
 
@@ -160,9 +163,10 @@ def heads_figure(n_heads: int = 4, d_head: int = 4, *, d_in: int = D_IN, seed: i
     Panel ``h`` (left to right, then top to bottom) is the heatmap of ``P_h`` from
     :func:`head_patterns` on the tokens :data:`TOKENS` (tick labels): row ``i`` (a query
     token) holds the weights it gives to each column (a key token), and every row sums to 1.
-    The grid always has 8 panels, so that a twin can switch between head counts; panels
-    beyond ``H`` stay empty. The title gives ``H d_head`` against ``d_in`` and the parameter
-    count of the layer's four matrices, ``3 d_in H d_head + H d_head d_in = 4 d_in H d_head``.
+    The grid has :data:`_COLS` panels a row and as many rows as ``H`` needs, and only ``H``
+    panels: a twin switches the subplots with the head count. The title gives ``H d_head``
+    against ``d_in`` and the parameter count of the layer's four matrices,
+    ``3 d_in H d_head + H d_head d_in = 4 d_in H d_head``.
 
     Args:
         n_heads: ``H``, from 1 to 8.
@@ -179,8 +183,12 @@ def heads_figure(n_heads: int = 4, d_head: int = 4, *, d_in: int = D_IN, seed: i
         raise ValueError(f"n_heads must be at most {_ROWS * _COLS} (the figure's grid); "
                          f"got {n_heads}")
     P = head_patterns(n_heads, d_head, d_in=d_in, seed=seed)
-    layout = copy.deepcopy(_grid_layout())
+    rows = -(-n_heads // _COLS)
+    layout = copy.deepcopy(_grid_layout(rows))
     layout["annotations"] = layout["annotations"][:n_heads]  # the titles "head h", h < H
+    for h in range(n_heads, rows * _COLS):  # no axes for the panels beyond H
+        axis = "" if h == 0 else str(h + 1)
+        del layout[f"xaxis{axis}"], layout[f"yaxis{axis}"]
     fig = go.Figure(layout=layout)
     n = len(TOKENS)
     for h in range(n_heads):
@@ -198,7 +206,7 @@ def heads_figure(n_heads: int = 4, d_head: int = 4, *, d_in: int = D_IN, seed: i
                 f"H d_head = {width} {relation} d_in = {d_in}<br><sup>parameters "
                 f"4 d_in H d_head = 4 × {d_in} × {width} = {count:,}; row: query token, "
                 f"column: key token</sup>"),
-          height=HEIGHT + 160)
+          height=HEIGHT + 160 - _ROW_HEIGHT * (_ROWS - rows))
     fig.update_layout(margin={"t": 110, "b": 50})
     return fig
 

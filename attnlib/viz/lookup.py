@@ -190,6 +190,12 @@ def lookup_figure(
     reach = 1.25 * max(float(K64.abs().max()), length)
     lo, hi = V64.min(dim=0).values, V64.max(dim=0).values
     pad = 0.15 * float((hi - lo).max())
+    span = float((hi - lo).max()) + 2 * pad  # the values panel's range
+    # Data units per px in the two square panels (about 260 px across on any screen), for
+    # placing the labels of q and y clear of the others (_label_spot).
+    per_px_k, per_px_v = 2 * reach / 260, span / 260
+    keys_at = [[*k, s * per_px_k] for k, s in zip(K64.tolist(), sizes, strict=True)]
+    values_at = [[*v, s * per_px_v] for v, s in zip(V64.tolist(), sizes, strict=True)]
     closed = [*hull, hull[0]]
     traces = [
         go.Scatter(
@@ -200,7 +206,10 @@ def lookup_figure(
         ),
         go.Scatter(
             x=[0.0, rounded(float(q[0, 0]))], y=[0.0, rounded(float(q[0, 1]))],
-            mode="lines+markers+text", text=["", "q"], textposition="top left", name="query",
+            mode="lines+markers+text", text=["", "q"], name="query",
+            textposition=["top left", _label_spot(
+                [*q[0].tolist(), 12 * per_px_k], keys_at, "top right",
+                (18 * per_px_k, 16 * per_px_k))],
             line={"color": COLORS["reference"], "width": 3},
             marker={"color": COLORS["reference"], "size": [0, 12], "symbol": "diamond"},
             hovertemplate="query (%{x:.3f}, %{y:.3f})<extra></extra>",
@@ -226,7 +235,10 @@ def lookup_figure(
         ),
         go.Scatter(
             x=[rounded(float(y[0]))], y=[rounded(float(y[1]))], mode="markers+text",
-            text=["y"], textposition="top left", name="output y",
+            text=["y"], textposition=_label_spot(
+                [*y.tolist(), 16 * per_px_v], values_at, "bottom right",
+                (18 * per_px_v, 16 * per_px_v)),
+            name="output y",
             marker={"color": COLORS["reference"], "size": 16, "symbol": "star",
                     "line": {"color": COLORS["marker"], "width": 1}},
             xaxis="x3", yaxis="y3", hovertemplate="y = (%{x:.3f}, %{y:.3f})<extra></extra>",
@@ -247,10 +259,13 @@ def lookup_figure(
          "yanchor": "bottom", "showarrow": False, "font": {"size": 13}}
         for k in ("keys", "values", "weights")
     ]
+    # Where y lies, in the values panel's title, above the panel: never over the markers.
+    annotations[1]["yshift"] = 18
     annotations.append({
         "text": f"y = ({float(y[0]):.2f}, {float(y[1]):.2f}), {where} the hull",
-        "xref": "x3 domain", "yref": "y3 domain", "x": 0.02, "y": 0.99, "xanchor": "left",
-        "yanchor": "top", "showarrow": False, "bgcolor": "rgba(255,255,255,0.85)",
+        "xref": "paper", "yref": "paper", "x": sum(x_dom["values"]) / 2,
+        "y": y_dom["values"][1] + 0.01, "xanchor": "center", "yanchor": "bottom",
+        "showarrow": False, "font": {"size": 12},
     })
     square = {"constrain": "domain"}  # equal scales shrink the panel, never cut the range
     layout = {
@@ -273,9 +288,48 @@ def lookup_figure(
     n_zero = int((P == 0).sum())
     title = (f"Kernel {kernel}, query at {angle:g}°: largest weight {float(P.max()):.3f}, "
              f"{n_zero} of {n_kv} weights zero")
-    style(fig, title, height=HEIGHT + 220)
-    fig.update_layout(margin={"l": 40, "r": 20, "b": 50})
+    style(fig, title, height=HEIGHT + 255)
+    fig.update_layout(margin={"l": 40, "r": 20, "t": 105, "b": 50})
     return fig
+
+
+def _label_spot(
+    point: Sequence[float],
+    others: Sequence[Sequence[float]],
+    their_labels: str,
+    size: Sequence[float],
+) -> str:
+    """Where to write ``point``'s text label (a plotly ``textposition``) so that it clears
+    the markers of ``others`` and their labels, written at ``their_labels`` of each.
+
+    ``point`` and each of ``others`` are ``(x, y, r)``: a marker's centre and radius. A label
+    is a box of ``size`` (width, height), beside its marker; all in data units. The first
+    of top left, top right, bottom left, bottom right that meets the fewest of the other
+    boxes wins.
+
+    Example:
+        >>> _label_spot([1.0, 1.0, 0.0], [[5.0, 5.0, 0.1]], "top right", (0.3, 0.2))
+        'top left'
+        >>> _label_spot([1.0, 1.0, 0.05], [[0.8, 1.1, 0.1]], "bottom right", (0.3, 0.2))
+        'top right'
+    """
+    w, h = float(size[0]), float(size[1])
+
+    def box(x: float, y: float, r: float, where: str) -> tuple[float, float, float, float]:
+        left = x - r / 2 - w if where.endswith("left") else x + r / 2
+        bottom = y + r / 2 if where.startswith("top") else y - r / 2 - h
+        return left, bottom, left + w, bottom + h
+
+    def meets(a: tuple, b: tuple) -> bool:
+        return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+    taken = []
+    for ox, oy, r in ((float(o[0]), float(o[1]), float(o[2])) for o in others):
+        taken.append(box(ox, oy, r, their_labels))
+        taken.append((ox - r, oy - r, ox + r, oy + r))  # the marker
+    spots = ("top left", "top right", "bottom left", "bottom right")
+    px, py, pr = (float(v) for v in point[:3])
+    return min(spots, key=lambda s: sum(meets(box(px, py, pr, s), t) for t in taken))
 
 
 def kernel_table(

@@ -210,6 +210,49 @@ def offset_scores(base: float = 10_000.0, *, seed: int = 0) -> torch.Tensor:
     return q_rot @ k  # k at position 0 is not rotated
 
 
+_LABEL_RADIUS = 1.18  # the hands' labels stand just outside the dial's rim (radius 1)
+_LABEL_GAP = 0.3  # rad: hands closer than this share one label
+
+
+def _hand_groups(angles: Sequence[float]) -> list[tuple[float, str]]:
+    """The dial's labels: hands whose angles lie within :data:`_LABEL_GAP` of each other
+    share one label ("4-7", or "1, 6"), written at the group's mean angle.
+
+    Example:
+        >>> [(round(a, 2), label) for a, label in _hand_groups([3.0, 0.1, 0.2, 0.25])]
+        [(0.18, '1-3'), (3.0, '0')]
+    """
+    turned = sorted((a % (2 * math.pi), i) for i, a in enumerate(angles))
+    groups: list[list[tuple[float, int]]] = []
+    for angle, i in turned:
+        if groups and angle - groups[-1][-1][0] < _LABEL_GAP:
+            groups[-1].append((angle, i))
+        else:
+            groups.append([(angle, i)])
+    if len(groups) > 1 and groups[0][0][0] + 2 * math.pi - groups[-1][-1][0] < _LABEL_GAP:
+        last = groups.pop()  # the group across angle 0 joins the first
+        groups[0] = [(a - 2 * math.pi, i) for a, i in last] + groups[0]
+    return [(sum(a for a, _ in group) / len(group), _runs(sorted(i for _, i in group)))
+            for group in groups]
+
+
+def _runs(indices: Sequence[int]) -> str:
+    """Sorted indices written with runs of three or more as ranges: ``0, 3-7``.
+
+    Example:
+        >>> _runs([0, 3, 4, 5, 6, 7]), _runs([1, 2]), _runs([4])
+        ('0, 3-7', '1, 2', '4')
+    """
+    parts: list[list[int]] = []
+    for i in indices:
+        if parts and i == parts[-1][-1] + 1:
+            parts[-1].append(i)
+        else:
+            parts.append([i])
+    return ", ".join(f"{run[0]}-{run[-1]}" if len(run) > 2 else ", ".join(map(str, run))
+                     for run in parts)
+
+
 def rotation_figure(offset: int = 6, base: float = 10_000.0, *, seed: int = 0) -> go.Figure:
     """The pairs' angles at one offset (left) and the score against the offset (right).
 
@@ -226,8 +269,8 @@ def rotation_figure(offset: int = 6, base: float = 10_000.0, *, seed: int = 0) -
         seed: seed of the draw.
 
     Returns:
-        go.Figure: four scatter traces (dial rim, hands, hand tips, score curve) and two
-        markers (current offset, ``s(0)`` line).
+        go.Figure: five scatter traces (dial rim, hands, hand tips, the hands' labels,
+        score curve) and two markers (current offset, ``s(0)`` line).
     """
     offset = check_nonnegative_int("offset", offset)
     if offset > OFFSET_MAX:
@@ -257,12 +300,20 @@ def rotation_figure(offset: int = 6, base: float = 10_000.0, *, seed: int = 0) -
         line={"color": COLORS["main"], "width": 2}, hoverinfo="skip", showlegend=False,
     ), row=1, col=1)
     fig.add_trace(go.Scatter(
-        x=rounded(tips_x), y=rounded(tips_y), mode="markers+text",
-        text=[str(i) for i in range(D_EXPLORE // 2)], textposition="top center",
+        x=rounded(tips_x), y=rounded(tips_y), mode="markers",
+        text=[str(i) for i in range(D_EXPLORE // 2)],
         marker={"color": COLORS["main"], "size": 7}, showlegend=False,
         customdata=rounded([[float(a), float(a) / (2 * math.pi)] for a in angles]),
         hovertemplate="pair %{text}: %{customdata[0]:.3f} rad = %{customdata[1]:.3f} turns"
                       "<extra></extra>",
+    ), row=1, col=1)
+    # One label per group of hands that point the same way ("4-7"), outside the dial's rim.
+    groups = _hand_groups(angles.tolist())
+    fig.add_trace(go.Scatter(
+        x=rounded([_LABEL_RADIUS * math.cos(a) for a, _ in groups]),
+        y=rounded([_LABEL_RADIUS * math.sin(a) for a, _ in groups]),
+        mode="text", text=[label for _, label in groups], textfont={"size": 12},
+        hoverinfo="skip", showlegend=False,
     ), row=1, col=1)
     offsets = list(range(OFFSET_MAX + 1))
     fig.add_trace(go.Scatter(
@@ -280,8 +331,8 @@ def rotation_figure(offset: int = 6, base: float = 10_000.0, *, seed: int = 0) -
         marker={"color": COLORS["reference"], "size": 11, "symbol": "diamond"},
         showlegend=False, hovertemplate="Δ = %{x}: s = %{y:.3f}<extra>current</extra>",
     ), row=1, col=2)
-    fig.update_xaxes(range=[-1.15, 1.15], showticklabels=False, zeroline=False, row=1, col=1)
-    fig.update_yaxes(range=[-1.15, 1.15], showticklabels=False, zeroline=False,
+    fig.update_xaxes(range=[-1.35, 1.35], showticklabels=False, zeroline=False, row=1, col=1)
+    fig.update_yaxes(range=[-1.35, 1.35], showticklabels=False, zeroline=False,
                      scaleanchor="x", scaleratio=1, row=1, col=1)
     fig.update_xaxes(title_text="offset Δ = m − n", range=[-1, OFFSET_MAX + 1], row=1, col=2)
     fig.update_yaxes(title_text="⟨q Rₘ, k Rₙ⟩", row=1, col=2)

@@ -253,19 +253,25 @@ def embedding_dimension_figure(
     for sign in (-1, 1):
         fig.add_vline(x=round(sign * largest, 6), line={"color": COLORS["marker"],
                       "dash": DASHES["marker"], "width": 1.5})
+    # Above the plot, right-aligned, where it never hides a bar.
     fig.add_annotation(
-        text=(f"std of cosines = {std:.3f}<br>1/√d = {1 / math.sqrt(d):.3f}"
-              f"<br>max |cos| = {largest:.3f} (dashed)<br>pairs: {cos.numel():,}"),
-        xref="paper", yref="paper", x=0.99, y=0.97, xanchor="right", yanchor="top",
-        showarrow=False, align="right", bgcolor="rgba(255,255,255,0.8)",
+        text=(f"std of cosines = {std:.3f}, 1/√d = {1 / math.sqrt(d):.3f}"
+              f"<br>max |cos| = {largest:.3f} (dashed), pairs: {cos.numel():,}"),
+        xref="paper", yref="paper", x=1.0, y=1.02, xanchor="right", yanchor="bottom",
+        showarrow=False, align="right",
     )
     top = 1.1 * max(float(density.max()), max(exact))
     fig.update_xaxes(title_text="cosine similarity of two rows of E (unitless)",
                      range=[round(-half, 6), round(half, 6)])
     fig.update_yaxes(title_text="probability density (per unit cosine)",
                      range=[0.0, round(top, 4)])
-    fig.update_layout(bargap=0, legend={"x": 0.01, "y": 0.97})
-    return style(fig, f"Cosines between the rows of a random E (N_T = {vocab_size}, d = {d})")
+    # The legend goes under the plot: inside it, it would hide the histogram's edge.
+    fig.update_layout(bargap=0, legend={"orientation": "h", "x": 0, "y": -0.22,
+                                        "yanchor": "top"})
+    style(fig, f"Cosines between the rows of a random E (N_T = {vocab_size}, d = {d})",
+          height=HEIGHT + 80)
+    fig.update_layout(margin={"t": 115, "b": 110})
+    return fig
 
 
 def tokenizer_table(

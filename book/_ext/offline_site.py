@@ -20,8 +20,8 @@ printed from ``singlehtml``):
    Font Awesome script (1.5 MB, which redraws the icons its own stylesheet and web fonts
    already draw) is taken out of every page once the build has written them, with two
    small fixes to the theme's markup for screen readers (``PAGE_FIXES``).
-3. The PDF edition (``print_pdf.py``, run by ``make pdf``) gets an entry in the theme's
-   download menu on every page.
+3. The PDF edition (``print_pdf.py``, run by ``make pdf``) replaces the theme's print-this-
+   page entry in the download menu of every page, with its size once it is printed.
 4. Vendored files. MathJax (``tex-chtml.js``, with the TeX extensions it loads on demand,
    its web fonts and its accessibility components) and the plotly bundle come from
    ``node_modules`` (``npm ci`` against the committed ``package-lock.json``). They are
@@ -39,11 +39,13 @@ such as myst-nb's default require.js and embed-amd.js from CDNs.
 
 from __future__ import annotations
 
+import hashlib
 import html as html_lib
 import json
 import posixpath
 import re
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -52,6 +54,7 @@ from docutils import nodes
 from myst_nb.core import render as nb_render
 from sphinx.application import Sphinx
 from sphinx.errors import ExtensionError
+from sphinx.ext.mathjax import html_visit_displaymath, html_visit_math
 from sphinx.util import logging
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
@@ -59,12 +62,18 @@ PLOTLY_MIME = "application/vnd.plotly.v1+json"
 PLOTLY_BLOCK = f'<script type="{PLOTLY_MIME}">'
 # How Sphinx writes math into a page's body (inline and display).
 MATH_MARKER = re.compile(r'class="math[ "]')
+# Sphinx's markup around the TeX of a formula, and what typeset_math.js adds to a page it
+# has typeset.
+MATH_TEX = 'class="math notranslate nohighlight"'
+MATH_TYPESET = '<style id="mathjax-chtml">'
 VENDOR_DIR = "_vendor"
 # Sphinx resolves relative script paths against _static/; "../" reaches the site root.
 VENDOR_FROM_STATIC = f"../{VENDOR_DIR}"
 HTML_BUILDERS = ("html", "dirhtml", "singlehtml")
 STATIC_DIR = Path(__file__).parent / "static"
 
+# MathJax's CommonHTML web fonts, inside its es5 folder.
+MATHJAX_FONTS = "output/chtml/fonts/woff-v2"
 # plotly.js draws a figure without layout.height this tall (px).
 PLOTLY_DEFAULT_HEIGHT = 450
 PLOTLY_PACKAGE = "plotly.js-cartesian-dist-min"
@@ -74,29 +83,24 @@ PLOTLY_SCRIPTS = (
     f"{VENDOR_FROM_STATIC}/plotly/{PLOTLY_BUNDLE}",
     f"{VENDOR_FROM_STATIC}/plotly/render-plotly.js",
 )
+# Read before the page's body (not deferred): it sizes each figure's box as the page is read.
+FIGURE_LAYOUT_SCRIPT = f"{VENDOR_FROM_STATIC}/plotly/figure-layout.js"
 
 # What to copy from node_modules: (package folder, folder inside it, entries inside that
 # folder, destination folder under _vendor); an entry keeps its relative path.
-# MathJax: the CommonHTML bundle (TeX input, the menu, assistive MathML), the TeX extensions
-# it loads on demand, its web fonts, the accessibility components the menu can switch on,
-# and its licence. Plotly: the cartesian partial bundle (bar, scatter, heatmap, ...).
+# MathJax: the web fonts the typeset math is drawn with (typeset_math.js writes the math at
+# build time; no page loads MathJax itself), and its licence. Plotly: the cartesian partial
+# bundle (bar, scatter, heatmap, ...).
 NPM_ASSETS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
-    (
-        "mathjax",
-        "es5",
-        (
-            "tex-chtml.js",
-            "input/tex/extensions",
-            "output/chtml/fonts/woff-v2",
-            "ui",
-            "a11y",
-            "sre",
-        ),
-        "mathjax",
-    ),
+    ("mathjax", "es5", (MATHJAX_FONTS,), "mathjax"),
     ("mathjax", "", ("LICENSE",), "mathjax"),
     (PLOTLY_PACKAGE, "", (PLOTLY_BUNDLE, "LICENSE"), "plotly"),
 )
+# Typesets the math of the built pages with MathJax under Node (see that file).
+TYPESET_MATH = Path(__file__).parent / "typeset_math.js"
+# The HTML math renderer that leaves TeX in the page for typeset_math.js: Sphinx's MathJax
+# markup (\(...\) and \[...\]) without MathJax's script.
+MATH_RENDERER = "build_time"
 
 # Edits to every page the build wrote: (pattern, replacement). See tidy_pages.
 PAGE_FIXES: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -120,6 +124,48 @@ PAGE_FIXES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r'role="doc-biblioentry"'), 'role="listitem"'),
 )
 
+# Runs in every page's head, before the page is drawn: in "auto" mode (the reader's system
+# setting, until they pick a mode), the theme leaves data-theme="auto" until its deferred
+# script has run; resolving it here draws the page, and its figures, in the right colours
+# from the first paint.
+RESOLVE_COLOUR_MODE = (
+    "(function () { var root = document.documentElement;"
+    ' var mode = localStorage.getItem("mode") || root.dataset.mode || "auto";'
+    ' if (mode === "auto") { root.dataset.theme = window.matchMedia'
+    '("(prefers-color-scheme: dark)").matches ? "dark" : "light"; } })();'
+)
+
+# On a narrow screen the theme opens the sidebars (site navigation, page contents) as modal
+# dialogs and leaves them open after a link in them is followed; a link to a section of the
+# same page then scrolls behind the dialog. A click on any link in one closes it.
+CLOSE_DRAWER_ON_LINK = (
+    'document.addEventListener("click", function (event) {'
+    ' var link = event.target.closest && event.target.closest("dialog a[href]");'
+    ' var drawer = link && link.closest("dialog");'
+    " if (drawer && drawer.open) { drawer.close(); } });"
+)
+
+# The theme loads Sphinx's search scripts and the whole search index (searchindex.js) on
+# every page, for a search-as-you-type box this book does not use (search_as_you_type is
+# off: the search field sends the reader to search.html). Every page but the search page
+# drops them, so the index is read when the reader searches.
+SEARCH_SCRIPTS = re.compile(
+    r'[ \t]*<script src="[^"]*(?:_static/searchtools\.js|_static/language_data\.js|'
+    r'searchindex\.js)"></script>\n?'
+)
+SEARCH_PAGE = "search.html"
+
+# The theme lets a display formula scroll sideways when it is wider than the column; a
+# region that scrolls must take the keyboard's focus (WCAG 2.1.1), so each formula that
+# overflows, once the page is laid out or resized, becomes a tab stop.
+MATH_TAB_STOPS = (
+    "(function () { function stops() {"
+    ' document.querySelectorAll("div.math mjx-container").forEach(function (math) {'
+    ' if (math.scrollWidth > math.clientWidth + 1) { math.setAttribute("tabindex", "0"); }'
+    " }); }"
+    ' window.addEventListener("load", stops); window.addEventListener("resize", stops); })();'
+)
+
 logger = logging.getLogger(__name__)
 
 
@@ -137,26 +183,64 @@ def _title(layout_part: dict, key: str = "title") -> str:
     return _plain(title)
 
 
+def _twin(figure: dict) -> dict | None:
+    """The twin description ``attnlib.viz.twin`` puts in ``layout.meta``, or None."""
+    meta = (figure.get("layout") or {}).get("meta")
+    twin = meta.get("twin") if isinstance(meta, dict) else None
+    return twin if isinstance(twin, dict) and twin.get("params") else None
+
+
+def _controls(twin: dict) -> list[dict]:
+    """The parameters a reader can move (those with more than one value)."""
+    return [p for p in twin["params"] if len(p["values"]) > 1]
+
+
+def _settings(twin: dict, step: int) -> str:
+    """``H = 4, d_head = 4``: the values of step ``step`` of the parameters that move."""
+    at = twin["steps"][step]
+    return ", ".join(
+        f"{p['label']} = {p['text'][at[i]]}"
+        for i, p in enumerate(twin["params"])
+        if len(p["values"]) > 1
+    )
+
+
 def figure_caption(figure: dict) -> dict[str, str]:
     """The words that go with a figure: what it shows, and how it answers the reader.
 
     Returns ``title`` (the figure's title at its default step), ``shows`` (its axes and
     legend, in words; with the title, the drawing's ``aria-label``), ``screen`` (how to use
     it, shown on screen) and ``print`` (shown in print: the figure is interactive on the
-    site and printed at its default step).
+    site and printed at its default step). ``render-plotly.js`` writes the same words for
+    the step a reader picks.
     """
     layout = figure.get("layout") or {}
+    twin = _twin(figure)
+    if twin:  # the default step's own layout: the twin's holds every step's axes
+        step = figure["layout"]["sliders"][0]["steps"][twin["active"]]["args"][1]
+        layout = {**layout, **{k: v for k, v in step.items() if v is not None}}
     axes = []
     for key in sorted(layout):
         part = layout[key]
-        if isinstance(part, dict) and re.fullmatch(r"[xy]axis\d*", key) and _title(part):
+        if (
+            isinstance(part, dict)
+            and re.fullmatch(r"[xy]axis\d*", key)
+            and part.get("visible") is not False
+            and _title(part)
+        ):
             direction = "horizontal" if key.startswith("x") else "vertical"
             axes.append(f"{direction} axis {_title(part)}")
     # The legend names what the colours stand for; listed once, in the order drawn.
+    data = figure.get("data") or []
+    if twin:
+        start, stop = twin["traces"][twin["active"]]
+        data = data[start:stop]
     names = []
-    for trace in figure.get("data") or []:
+    for trace in data:
         name = _plain(trace.get("name"))
-        if name and trace.get("showlegend", True) is not False and name not in names:
+        # Heatmaps appear in a legend only when a figure asks for it.
+        listed = trace.get("showlegend", trace.get("type") != "heatmap") is not False
+        if name and listed and name not in names:
             names.append(name)
     shows = []
     if axes:
@@ -167,16 +251,25 @@ def figure_caption(figure: dict) -> dict[str, str]:
         shows.append("Legend: " + ", ".join(names[:8]) + more + ".")
     sliders = layout.get("sliders") or []
     steps = (sliders[0].get("steps") or []) if sliders else []
-    if steps:
+    if twin and _controls(twin):
+        labels = [p["label"] for p in _controls(twin)]
+        over = (f"a control for each of {', '.join(labels)}" if len(labels) > 1
+                else f"a slider over {labels[0]}")
+        screen = (
+            "Interactive: move the controls above the figure (or press Tab to reach them, "
+            "then the arrow keys); hover for values."
+        )
+        printed = (
+            f"Interactive on the site, with {over}; printed here at the default step, "
+            f"{_settings(twin, twin['active'])}."
+        )
+    elif steps:
         slider = sliders[0]
         active = slider.get("active") or 0
         prefix = _plain((slider.get("currentvalue") or {}).get("prefix", "")).rstrip(" =:")
         label = _plain(steps[min(active, len(steps) - 1)].get("label"))
         what = f"{prefix} = {label}" if prefix else f"step {label}"
-        screen = (
-            f"Interactive: drag the slider ({len(steps)} steps), or press Tab to reach it "
-            "and then the arrow keys; hover for values."
-        )
+        screen = f"Interactive: drag the slider ({len(steps)} steps); hover for values."
         printed = (
             "Interactive on the site, with a slider over "
             f"{prefix or 'its settings'}; printed here at the default step, {what}."
@@ -191,6 +284,88 @@ def figure_caption(figure: dict) -> dict[str, str]:
         "screen": screen,
         "print": printed,
     }
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def twin_controls(twin: dict, uid: str) -> str:
+    """The controls of a twin, as HTML: one per parameter that has more than one value.
+
+    A numeric parameter gets a range input over its values' positions (the arrow keys,
+    Home, End, Page Up and Page Down move it), labelled with the parameter's name and its
+    current value as the prose writes it; any other parameter gets a group of buttons. A
+    parameter with a single value is stated. The controls stay disabled until
+    ``render-plotly.js`` has wired them; the status line says when a choice moved another
+    control too (a combination the twin does not hold).
+    """
+    esc = html_lib.escape
+    at = twin["steps"][twin["active"]]
+    parts = []
+    for i, param in enumerate(twin["params"]):
+        label, texts = esc(str(param["label"])), [esc(str(t)) for t in param["text"]]
+        ident = f"{uid}-{i}"
+        if len(texts) == 1:
+            parts.append(f'<p class="twin-control twin-fixed">{label} = {texts[0]}</p>')
+        elif all(_is_number(v) for v in param["values"]):
+            parts.append(
+                '<div class="twin-control twin-range">'
+                f'<label for="{ident}">{label}</label> '
+                f'<output for="{ident}">{texts[at[i]]}</output>'
+                f'<input type="range" id="{ident}" min="0" max="{len(texts) - 1}" step="1" '
+                f'value="{at[i]}" aria-valuetext="{label} = {texts[at[i]]}" '
+                f'data-twin-param="{i}" disabled>'
+                f'<span class="twin-ends" aria-hidden="true"><span>{texts[0]}</span>'
+                f"<span>{texts[-1]}</span></span></div>"
+            )
+        else:
+            buttons = "".join(
+                f'<button type="button" data-twin-param="{i}" data-twin-value="{j}" '
+                f'aria-pressed="{"true" if j == at[i] else "false"}" disabled>{text}</button>'
+                for j, text in enumerate(texts)
+            )
+            parts.append(
+                f'<div class="twin-control twin-choice" role="group" aria-labelledby="{ident}">'
+                f'<span class="twin-name" id="{ident}">{label}</span>{buttons}</div>'
+            )
+    return (
+        f'<div class="twin-controls">{"".join(parts)}'
+        '<p class="twin-status" aria-live="polite"></p></div>'
+    )
+
+
+def figure_html(figure: dict) -> str:
+    """A figure as the page holds it: its controls (a twin's), the box it is drawn into,
+    its JSON, the line that sizes the box before anything is drawn, and its caption."""
+    # In a <script> block only "<" can end the element early ("</script>", "<!--");
+    # \u003c is the same character to JSON.parse.
+    payload = json.dumps(figure, separators=(",", ":")).replace("<", "\\u003c")
+    caption = {key: html_lib.escape(value) for key, value in figure_caption(figure).items()}
+    twin = _twin(figure)
+    layout = figure.get("layout") or {}
+    height = layout.get("height")
+    controls = ""
+    if twin:
+        height = twin["size"][twin["active"]].get("height")
+        uid = "twin-" + hashlib.sha1(payload.encode()).hexdigest()[:10]
+        controls = twin_controls(twin, uid)
+    # The box keeps the figure's height before plotly.js has run (figure-layout.js sets the
+    # height the figure will have at the box's width), so the text below does not jump.
+    height = height or PLOTLY_DEFAULT_HEIGHT
+    return (
+        '<figure class="plotly-output">'
+        f"{controls}"
+        f'<div class="plotly-figure" style="height: {int(height)}px"></div>'
+        f"{PLOTLY_BLOCK}{payload}</script>"
+        "<script>window.BookFigures && BookFigures.reserve(document.currentScript)</script>"
+        '<figcaption class="plotly-caption">'
+        f'<span class="plotly-caption-text">Figure: {caption["title"]} '
+        f'<span class="plotly-caption-shows">{caption["shows"]}</span></span> '
+        f'<span class="plotly-caption-screen">{caption["screen"]}</span>'
+        f'<span class="plotly-caption-print">{caption["print"]}</span>'
+        "</figcaption></figure>"
+    )
 
 
 class PlotlyMimeRenderer:
@@ -208,25 +383,8 @@ class PlotlyMimeRenderer:
         if data.mime_type != PLOTLY_MIME:
             return None
         figure = data.content if isinstance(data.content, dict) else json.loads(data.string)
-        # In a <script> block only "<" can end the element early ("</script>", "<!--");
-        # \u003c is the same character to JSON.parse.
-        payload = json.dumps(figure, separators=(",", ":")).replace("<", "\\u003c")
-        caption = {key: html_lib.escape(value) for key, value in figure_caption(figure).items()}
-        # The box the figure is drawn into keeps the figure's height before plotly.js has
-        # run, so the text below does not jump and an undrawn figure leaves a blank box.
-        height = (figure.get("layout") or {}).get("height") or PLOTLY_DEFAULT_HEIGHT
         # The scripts that draw it are added by page_scripts, for every page that has one.
-        html = (
-            '<figure class="plotly-output">'
-            f'<div class="plotly-figure" style="height: {int(height)}px"></div>'
-            f"{PLOTLY_BLOCK}{payload}</script>"
-            '<figcaption class="plotly-caption">'
-            f'<span class="plotly-caption-text">Figure: {caption["title"]} '
-            f'<span class="plotly-caption-shows">{caption["shows"]}</span></span> '
-            f'<span class="plotly-caption-screen">{caption["screen"]}</span>'
-            f'<span class="plotly-caption-print">{caption["print"]}</span>'
-            "</figcaption></figure>"
-        )
+        html = figure_html(figure)
         return [nodes.raw(text=html, format="html", classes=["output", "plotly"])]
 
 
@@ -258,36 +416,25 @@ def _in_static(uri: str) -> str:
     return uri if "://" in uri else posixpath.join("_static", uri)
 
 
-def _is_mathjax(script: Any, mathjax_path: str) -> bool:
-    """MathJax itself, or the inline script that configures it (``window.MathJax = ...``)."""
-    body = getattr(script, "attributes", {}).get("body", "")
-    return _script_name(script) == _in_static(mathjax_path) or body.lstrip().startswith(
-        "window.MathJax"
-    )
-
-
 def page_scripts(
     app: Sphinx, pagename: str, templatename: str, context: dict, doctree: Any
 ) -> None:
-    """Load plotly.js only where the body holds a figure and MathJax only where it holds math.
+    """Load plotly.js, its drawer and figure-layout.js only where the body holds a figure.
 
-    Runs after myst-nb and sphinx.ext.mathjax have added their scripts, and decides from
-    the page body as written, so it also serves ``singlehtml``, whose one page holds the
-    whole book.
+    Runs after myst-nb has added its scripts, and decides from the page body as written, so
+    it also serves ``singlehtml``, whose one page holds the whole book.
     """
     if app.builder.name not in HTML_BUILDERS or "script_files" not in context:
         return
     body = context.get("body") or ""
-    has_figure = PLOTLY_BLOCK in body
-    has_math = MATH_MARKER.search(body) is not None
     scripts = context["script_files"]
     scripts[:] = [
         script
         for script in scripts
-        if not (not has_math and _is_mathjax(script, app.config.mathjax_path))
-        and not _script_name(script).startswith(_in_static(f"{VENDOR_FROM_STATIC}/plotly/"))
+        if not _script_name(script).startswith(_in_static(f"{VENDOR_FROM_STATIC}/plotly/"))
     ]
-    if has_figure:
+    if PLOTLY_BLOCK in body:
+        app.builder.add_js_file(FIGURE_LAYOUT_SCRIPT)  # type: ignore[attr-defined]
         for uri in PLOTLY_SCRIPTS:
             app.builder.add_js_file(uri, defer="defer")  # type: ignore[attr-defined]
 
@@ -295,17 +442,25 @@ def page_scripts(
 def pdf_download_button(
     app: Sphinx, pagename: str, templatename: str, context: dict, doctree: Any
 ) -> None:
-    """Add the PDF edition (``offline_site_pdf``, at the site root) to the theme's download
-    menu, beside its ".pdf" entry, which prints the page alone."""
+    """Offer the PDF edition (``offline_site_pdf``, at the site root) in the theme's download
+    menu, in place of its ".pdf" entry, which only prints the page on screen.
+
+    The entry reads "Book PDF" and leaves a place for the file's size, which
+    ``print_pdf.py`` writes in once it has printed the book.
+    """
     if app.builder.name not in ("html", "dirhtml") or not app.config.offline_site_pdf:
         return
     for button in context.get("header_buttons", []):
         if button.get("label") == "download-buttons":
+            button["buttons"] = [
+                entry for entry in button["buttons"]
+                if entry.get("label") != "download-pdf-button"
+            ]
             button["buttons"].append(
                 {
                     "type": "link",
                     "url": context["pathto"](app.config.offline_site_pdf, 1),
-                    "text": "book",
+                    "text": 'Book PDF <span class="book-pdf-size">(print it: make pdf)</span>',
                     "tooltip": "The whole book as one PDF",
                     "icon": "fas fa-book",
                     "label": "download-book-pdf-button",
@@ -396,7 +551,8 @@ def copy_vendored_assets(app: Sphinx) -> None:
             if not source.exists():
                 raise ExtensionError(f"{package} has no {folder}/{entry}; check package-lock.json")
             _copy(source, vendor / target / entry)
-    _copy(STATIC_DIR / "render-plotly.js", vendor / "plotly" / "render-plotly.js")
+    for script in ("figure-layout.js", "render-plotly.js"):
+        _copy(STATIC_DIR / script, vendor / "plotly" / script)
     _copy(STATIC_DIR / "site.css", vendor / "book" / "site.css")
 
     # Pages link the favicon from _static/; the redirect page Jupyter Book writes at the
@@ -404,27 +560,129 @@ def copy_vendored_assets(app: Sphinx) -> None:
     if app.config.html_favicon and app.config.html_favicon.endswith(".ico"):
         _copy(Path(app.srcdir) / app.config.html_favicon, outdir / "favicon.ico")
 
-    _local_target("mathjax_path", app.config.mathjax_path, outdir)
     for uri in app.config.nb_ipywidgets_js:
         _local_target("nb_ipywidgets_js", uri, outdir)
-    logger.info("offline_site: copied MathJax and plotly.js into %s", vendor)
+    logger.info("offline_site: copied MathJax's fonts and plotly.js into %s", vendor)
+
+
+def typeset_math(app: Sphinx, pages: list[Path]) -> None:
+    """Typeset the TeX left in ``pages`` with MathJax under Node (``typeset_math.js``).
+
+    A page typeset by an earlier build holds no TeX and is not read again; a formula MathJax
+    cannot read fails the build.
+    """
+    waiting = []
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        if MATH_TEX in text and MATH_TYPESET not in text:
+            waiting.append(page)
+    if not waiting:
+        return
+    node = shutil.which("node")
+    if node is None:
+        raise ExtensionError("typesetting the math needs Node.js (`node`), which npm comes with")
+    node_modules = Path(app.srcdir) / app.config.offline_site_node_modules
+    fonts = Path(app.outdir) / VENDOR_DIR / "mathjax" / MATHJAX_FONTS
+    done = subprocess.run(
+        [node, str(TYPESET_MATH), str(node_modules), str(fonts), *map(str, waiting)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise ExtensionError(f"typeset_math.js failed:\n{done.stderr or done.stdout}")
+    logger.info(done.stdout.strip())
+
+
+# Font Awesome, as the theme ships it: one rule per icon in the theme's stylesheet
+# (.fa-bars:before{content:"\f0c9"}, 1,800 of them), and web fonts holding every icon.
+ICON_RULE = re.compile(r'((?:\.fa-[a-z0-9-]+:before,?)+)\{content:"\\([0-9a-f]{4,5})"\}')
+ICON_CLASS = re.compile(r"\bfa-[a-z0-9-]+")
+# Characters of Unicode's private use area: how the theme's own rules (admonition icons,
+# breadcrumbs) name their icons in its CSS.
+PRIVATE_USE = re.compile("[\ue000-\uf8ff]")
+ICON_FONTS = "vendor/fontawesome/webfonts"
+
+
+def _prune_icon_rules(css: str, named: set[str]) -> tuple[str, set[str]]:
+    """``css`` without the icon rules of icons not in ``named``, and the characters of those
+    it keeps."""
+    kept = set()
+
+    def keep(rule: re.Match) -> str:
+        classes = {c[1:].removesuffix(":before") for c in rule.group(1).split(",") if c}
+        if classes & named:
+            kept.add(chr(int(rule.group(2), 16)))
+            return rule.group(0)
+        return ""
+
+    return ICON_RULE.sub(keep, css), kept
+
+
+def subset_icons(outdir: Path, pages: list[Path]) -> dict[str, int]:
+    """Cut the theme's icon fonts and icon rules down to the icons the site uses.
+
+    An icon is used when a page or one of the theme's scripts names its class (``fa-bars``)
+    or the theme's CSS writes its character. The icon rules of the other icons go from the
+    stylesheet, and each Font Awesome web font keeps only the used icons' glyphs (under
+    their own names, at their own paths, so the theme's CSS finds them). Returns the bytes
+    saved.
+    """
+    from fontTools import subset
+
+    static = outdir / "_static"
+    sheets = sorted(static.rglob("*.css"))
+    named = set()
+    for source in [*pages, *static.glob("scripts/*.js")]:
+        named |= set(ICON_CLASS.findall(source.read_text(encoding="utf-8", errors="ignore")))
+    characters = set()
+    saved = 0
+    for sheet in sheets:
+        text = sheet.read_text(encoding="utf-8")
+        pruned, kept = _prune_icon_rules(text, named)
+        characters |= kept | set(PRIVATE_USE.findall(pruned))
+        if pruned != text:
+            saved += len(text.encode()) - len(pruned.encode())
+            sheet.write_text(pruned, encoding="utf-8")
+    options = subset.Options()
+    options.flavor = "woff2"
+    options.layout_features = ["*"]
+    for font_path in sorted((static / ICON_FONTS).glob("*.woff2")):
+        before = font_path.stat().st_size
+        font = subset.load_font(str(font_path), options)
+        subsetter = subset.Subsetter(options)
+        subsetter.populate(unicodes=[ord(c) for c in characters])
+        subsetter.subset(font)
+        subset.save_font(font, str(font_path), options)
+        saved += before - font_path.stat().st_size
+    return {"icons": len(characters), "bytes saved": saved}
 
 
 def tidy_pages(app: Sphinx, exception: Exception | None) -> None:
-    """Apply ``PAGE_FIXES`` to every page the build wrote; delete the theme's Font Awesome
-    script, which no page loads any more."""
+    """Apply ``PAGE_FIXES`` to every page the build wrote, typeset their math, delete the
+    theme's Font Awesome script, which no page loads any more, and cut its icon fonts down to
+    the icons the pages use (``subset_icons``)."""
     if exception is not None or app.builder.name not in HTML_BUILDERS:
         return
     outdir = Path(app.outdir)
-    for page in outdir.rglob("*.html"):
+    pages = [
+        page
+        for page in outdir.rglob("*.html")
+        if page.relative_to(outdir).parts[0] not in ("_static", VENDOR_DIR)
+    ]
+    for page in pages:
         text = page.read_text(encoding="utf-8")
         tidied = text
         for pattern, replacement in PAGE_FIXES:
             tidied = pattern.sub(replacement, tidied)
+        if page.name != SEARCH_PAGE or page.parent != outdir:
+            tidied = SEARCH_SCRIPTS.sub("", tidied)
         if tidied != text:
             page.write_text(tidied, encoding="utf-8")
+    typeset_math(app, pages)
     for leftover in (outdir / "_static" / "scripts").glob("fontawesome.js*"):
         leftover.unlink()
+    logger.info("offline_site: icon fonts cut to the icons used: %s", subset_icons(outdir, pages))
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
@@ -432,12 +690,21 @@ def setup(app: Sphinx) -> dict[str, Any]:
     # The PDF edition's file name at the site root (`make pdf` writes it there).
     app.add_config_value("offline_site_pdf", "attention-book.pdf", "html", [str])
     _register_mime_renderer()
+    # Sphinx's MathJax markup, typeset after the build by typeset_math.js (tidy_pages).
+    app.add_html_math_renderer(
+        MATH_RENDERER,
+        inline_renderers=(html_visit_math, None),
+        block_renderers=(html_visit_displaymath, None),
+    )
     app.connect("builder-inited", share_html_handlers)
     app.connect("builder-inited", copy_vendored_assets)
-    # After myst-nb's and sphinx.ext.mathjax's handlers (priority 500), which add scripts.
+    # After myst-nb's handlers (priority 500), which add scripts.
     app.connect("html-page-context", page_scripts, priority=900)
     # After sphinx-book-theme's header buttons (priority 501).
     app.connect("html-page-context", pdf_download_button, priority=900)
     app.connect("build-finished", tidy_pages)
     app.add_css_file(f"{VENDOR_FROM_STATIC}/book/site.css")
+    app.add_js_file(None, body=RESOLVE_COLOUR_MODE, priority=100)
+    app.add_js_file(None, body=CLOSE_DRAWER_ON_LINK, priority=100)
+    app.add_js_file(None, body=MATH_TAB_STOPS, priority=100)
     return {"version": "1.1", "parallel_read_safe": True, "parallel_write_safe": True}

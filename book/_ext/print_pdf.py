@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import html
+import logging
 import os
+import re
 import shutil
 import sys
 import time
@@ -37,6 +39,13 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"
 MARGIN = {"top": "16mm", "bottom": "16mm", "left": "16mm", "right": "16mm"}
 COLUMN_PX = round((210 - 32) / 25.4 * 96)
 PRINTED_PAGE = "print.html"
+# The printable height of an A4 page with 16 mm margins, in CSS px at 96 px per inch: a code
+# cell taller than this breaks across pages.
+PAGE_PX = round((297 - 32) / 25.4 * 96) - 40
+# The API reference, printed as a short appendix (API_APPENDIX).
+API_PAGE = "book/api"
+# Where the download menu shows the PDF's size (offline_site.pdf_download_button).
+SIZE_SLOT = re.compile(r'(<span class="book-pdf-size">\()[^)<]*(\)</span>)')
 
 FOOTER = (
     '<div style="font-size: 8pt; width: 100%; text-align: center; color: #444;">'
@@ -53,7 +62,7 @@ WAIT_FOR_SCRIPTS = """async () => {
 }"""
 
 # Open what a reader would click open; redraw the figures at the printed column's width.
-PREPARE = """async (front) => {
+PREPARE = """async ([front, page_height]) => {
     document.documentElement.classList.add('book-pdf');
     document.querySelectorAll('details').forEach(d => { d.open = true; });
     document.querySelectorAll('.toggle-hidden').forEach(e => e.classList.remove('toggle-hidden'));
@@ -63,8 +72,16 @@ PREPARE = """async (front) => {
     holder.className = 'print-front-matter';
     holder.innerHTML = front;
     article.prepend(holder);
-    const figures = Array.from(document.querySelectorAll('.js-plotly-plot'));
-    await Promise.all(figures.map(gd => window.Plotly.Plots.resize(gd)));
+    // The figures, laid out again for the printed column, at their default steps.
+    if (window.bookRedrawFigures) { await window.bookRedrawFigures(); }
+    await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+    if (window.bookFiguresIdle) { await window.bookFiguresIdle(); }
+    window.bookFiguresFrozen = true;
+    // A code cell that fits on a page moves whole to the next one; a taller one breaks
+    // across pages rather than leave an empty page behind.
+    document.querySelectorAll('div.cell_input, div[class*="highlight-"]').forEach(e => {
+        if (e.getBoundingClientRect().height > page_height) { e.style.breakInside = 'auto'; }
+    });
     // What is still wider than the column (a long equation, a wide table) is scaled down
     // to fit, rather than cut at the margin.
     const wide = 'mjx-container[display="true"], .cell_output table, .bd-article table';
@@ -73,6 +90,63 @@ PREPARE = """async (front) => {
         if (e.scrollWidth > column + 1) { e.style.zoom = (column / e.scrollWidth).toFixed(3); }
     });
 }"""
+
+# The API reference becomes a short appendix: each name's signature and the first paragraph
+# of its docstring (its one-line summary), under a note that the site gives the rest.
+API_APPENDIX = """([name, note]) => {
+    const anchor = document.getElementById('document-' + name);
+    const section = anchor ? anchor.nextElementSibling : null;
+    if (!section) { return 0; }
+    section.querySelectorAll('.viewcode-link, a.headerlink').forEach(e => e.remove());
+    let kept = 0;
+    section.querySelectorAll('dl.py > dd').forEach(dd => {
+        Array.from(dd.children).forEach((child, i) => {
+            const summary = i === 0 && child.tagName === 'P';
+            if (!summary && !(child.tagName === 'DL' && child.classList.contains('py'))) {
+                child.remove();
+            }
+        });
+        kept += 1;
+    });
+    // A module's own docstring keeps its first paragraph too; lists, examples and notes go.
+    section.querySelectorAll('section section').forEach(module => {
+        let first = true;
+        Array.from(module.children).forEach(child => {
+            const api = child.tagName === 'DL' && child.classList.contains('py');
+            const keep = /^H[1-6]$/.test(child.tagName) || child.tagName === 'SECTION'
+                || child.tagName === 'SPAN' || api || (child.tagName === 'P' && first);
+            if (child.tagName === 'P') { first = false; }
+            if (!keep) { child.remove(); }
+        });
+    });
+    // A constant's value (a whole corpus, say) is on the site; its name and type stay.
+    section.querySelectorAll('dl.py:is(.data, .attribute) > dt em.property').forEach(e => {
+        if (e.textContent.trim().startsWith('=')) { e.remove(); }
+    });
+    const first = section.querySelector('h1, h2');
+    const p = document.createElement('p');
+    p.className = 'print-api-note';
+    p.textContent = note;
+    first.after(p);
+    return kept;
+}"""
+
+# Each heading the printed book shows, in order: the titles its bookmarks should carry.
+HEADINGS = """() => Array.from(
+        document.querySelectorAll('article.bd-article :is(h1, h2, h3, h4, h5, h6)'))
+    .filter(h => h.getClientRects().length > 0)
+    .map(h => {
+        const copy = h.cloneNode(true);
+        copy.querySelectorAll('.headerlink').forEach(a => a.remove());
+        return copy.textContent.replace(/\\s+/g, ' ').trim();
+    })"""
+
+# The chapters (by name) that start on the page where they fall, with no forced break.
+NO_BREAK_BEFORE = """(names) => names.forEach(name => {
+    const anchor = document.getElementById('document-' + name);
+    const section = anchor ? anchor.nextElementSibling : null;
+    if (section) { section.style.breakBefore = 'auto'; }
+})"""
 
 SET_TOC_PAGES = """(pages) => {
     document.querySelectorAll('.print-toc [data-page-of]').forEach(e => {
@@ -162,6 +236,20 @@ def chapter_pages(pdf_path: Path, names: list[str], titles: dict[str, str]) -> d
     return pages
 
 
+def empty_pages(pdf_path: Path) -> set[int]:
+    """The pages (1-based) that hold nothing but their page number."""
+    pdf = pypdfium2.PdfDocument(pdf_path)
+    try:
+        empty = set()
+        for index in range(len(pdf)):
+            text = _squeeze(pdf[index].get_textpage().get_text_range())
+            if text == f"{index + 1}/{len(pdf)}":
+                empty.add(index + 1)
+        return empty
+    finally:
+        pdf.close()
+
+
 def _print(page: Page, out: Path) -> None:
     page.pdf(
         path=str(out),
@@ -199,10 +287,13 @@ def print_book(site: Path, out: Path, book_root: Path = REPO_ROOT) -> dict[str, 
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": COLUMN_PX, "height": 1000})
+            # The whole book is one page: on a slow or busy machine it takes as long as it
+            # takes to load, so no step gives up after a time.
+            page.set_default_timeout(0)
             errors: list[str] = []
             page.on("pageerror", lambda error: errors.append(str(error)))
             page.emulate_media(media="print")
-            page.goto(printed.as_uri(), wait_until="load")
+            page.goto(printed.as_uri(), wait_until="load", timeout=0)
             page.evaluate(WAIT_FOR_SCRIPTS)
             found = page.evaluate(CHAPTER_TITLES, names)
             missing = [name for name, (title, anchor) in found.items() if not (title and anchor)]
@@ -210,28 +301,123 @@ def print_book(site: Path, out: Path, book_root: Path = REPO_ROOT) -> dict[str, 
                 raise RuntimeError(f"no heading found for {missing} in {source}")
             titles = {name: title for name, (title, _) in found.items()}
             anchors = {name: anchor for name, (_, anchor) in found.items()}
-            page.evaluate(PREPARE, front_matter(config, rows, titles, anchors))
+            site_url = (config.get("html") or {}).get("baseurl") or ""
+            note = (
+                "This appendix gives each name's signature and one-line summary. The API "
+                "reference on the book's website"
+                + (f" ({site_url.rstrip('/')}/{API_PAGE}.html)" if site_url else "")
+                + " gives every argument, shape and example."
+            )
+            if API_PAGE in names:
+                page.evaluate(API_APPENDIX, [API_PAGE, note])
+            page.evaluate(PREPARE, [front_matter(config, rows, titles, anchors), PAGE_PX])
             if errors:
                 raise RuntimeError(f"the page raised errors: {errors}")
             _print(page, out)
+            # A chapter's forced page break can leave an empty page before it (where the
+            # previous chapter's last box spills over); that chapter then starts on the
+            # empty page instead, and the book is printed again.
             pages = chapter_pages(out, names, titles)
+            loose = [name for name, first in pages.items() if first - 1 in empty_pages(out)]
+            if loose:
+                page.evaluate(NO_BREAK_BEFORE, loose)
+                _print(page, out)
+                pages = chapter_pages(out, names, titles)
             page.evaluate(SET_TOC_PAGES, {name: str(number) for name, number in pages.items()})
             _print(page, out)
+            headings = page.evaluate(HEADINGS)
         finally:
             browser.close()
     printed.unlink()
+    fixed = fix_bookmarks(out, headings)
     pdf = pypdfium2.PdfDocument(out)
     try:
         count = len(pdf)
     finally:
         pdf.close()
+    size = out.stat().st_size
+    labelled = label_download_menus(out.parent, out.name, size)
     return {
         "path": out,
         "pages": count,
-        "bytes": out.stat().st_size,
+        "bytes": size,
         "seconds": time.perf_counter() - start,
         "chapter_pages": pages,
+        "bookmarks fixed": fixed,
+        "pages labelled": labelled,
     }
+
+
+def _bookmarks(outlines: object) -> list:
+    """The outline items of a PDF, depth first (pypdf objects)."""
+    items = []
+    node = outlines.get("/First") if outlines is not None else None
+    while node is not None:
+        item = node.get_object()
+        items.append(item)
+        items += _bookmarks(item)
+        node = item.get("/Next")
+    return items
+
+
+def _squeezed_twice(title: str, heading: str) -> bool:
+    """Whether ``title`` is ``heading`` with a piece of it written twice, as Chromium writes
+    a heading it moved to the next page ("ExercisesExercises")."""
+    t, h = _squeeze(title), _squeeze(heading)
+    if len(t) <= len(h) or not h:
+        return False
+    edge = min(6, len(h))
+    return t.startswith(h[:edge]) and t.endswith(h[-edge:]) and set(t) <= set(h)
+
+
+def fix_bookmarks(path: Path, headings: list[str]) -> int:
+    """Give each bookmark its heading's text, written once; return how many changed.
+
+    Chromium makes a bookmark of every heading, and writes the text of a heading it moved to
+    the next page twice ("ExercisesExercises"). Bookmarks and headings are walked in order:
+    a bookmark that is its heading with a piece written twice takes the heading's text; one
+    that matches no heading near it keeps its own.
+    """
+    from pypdf import PdfReader, PdfWriter
+    from pypdf.generic import NameObject, TextStringObject
+
+    # Chromium's PDFs count one object fewer in their trailer than they hold; pypdf says so
+    # on every read, and reads them right.
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
+    writer = PdfWriter(clone_from=PdfReader(path))
+    outlines = writer.root_object.get("/Outlines")
+    items = _bookmarks(outlines.get_object() if outlines is not None else None)
+    changed = 0
+    next_heading = 0
+    for item in items:
+        title = str(item.get("/Title", ""))
+        for j in range(next_heading, min(next_heading + 4, len(headings))):
+            if _squeeze(title) == _squeeze(headings[j]):
+                next_heading = j + 1
+                break
+            if _squeezed_twice(title, headings[j]):
+                item[NameObject("/Title")] = TextStringObject(headings[j])
+                changed += 1
+                next_heading = j + 1
+                break
+    if changed:
+        with path.open("wb") as handle:
+            writer.write(handle)
+    return changed
+
+
+def label_download_menus(html_dir: Path, pdf_name: str, size: int) -> int:
+    """Write the PDF edition's size into the download menu of every page of the site beside
+    it (offline_site.pdf_download_button leaves a place for it); return how many pages."""
+    label = f"{size / 1e6:.1f} MB"
+    labelled = 0
+    for page in html_dir.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        new = SIZE_SLOT.sub(rf"\g<1>{label}\g<2>", text)
+        if new != text:
+            page.write_text(new, encoding="utf-8")
+            labelled += 1
+    return labelled
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -243,7 +429,8 @@ def main(argv: list[str] | None = None) -> int:
     result = print_book(args.site.resolve(), args.out.resolve(), args.book_root.resolve())
     print(
         f"{result['path']}: {result['pages']} pages, {result['bytes'] / 1e6:.1f} MB, "
-        f"printed in {result['seconds']:.1f} s"
+        f"printed in {result['seconds']:.1f} s; {result['bookmarks fixed']} bookmarks "
+        f"retitled, the size written into {result['pages labelled']} pages' download menus"
     )
     return 0
 

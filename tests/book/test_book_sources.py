@@ -274,7 +274,8 @@ def test_outputs_name_no_machine_paths(lessons: dict) -> None:
 
 def test_site_loads_nothing_remote(book_config: dict) -> None:
     config = book_config["sphinx"]["config"]
-    assert "://" not in config["mathjax_path"]
+    # Math is typeset at build time (book/_ext/typeset_math.js): no page loads MathJax.
+    assert config["html_math_renderer"] == "build_time" and "mathjax_path" not in config
     # No widget embedder: an empty dict also replaces myst-nb's default CDN scripts.
     assert config["nb_ipywidgets_js"] == {}
     launch = book_config["launch_buttons"]

@@ -100,6 +100,40 @@ def test_caption_names_the_slider_and_its_default_step(offline_site: ModuleType)
     assert caption["print"].endswith("printed here at the default step, τ = 1.0.")
 
 
+def _twin_figure() -> dict:
+    """A twin as attnlib.viz.twin writes it: two parameters, three of the four combinations."""
+    import plotly.graph_objects as go
+
+    import attnlib.viz as viz
+
+    def figure(h: int, mode: str) -> go.Figure:
+        return viz.style(go.Figure(go.Bar(x=["a", "b"], y=[h, 1], name=mode)), f"H = {h}, {mode}")
+
+    return viz.twin(figure, ("h", "mode"), [(1, "fast"), (2, "fast"), (2, "slow")], active=1,
+                    labels={"h": "H"}).to_plotly_json()
+
+
+def test_a_twin_gets_one_control_per_parameter(offline_site: ModuleType) -> None:
+    """A numeric parameter gets a range input, another one a group of buttons, each set at
+    the default step and labelled as the prose writes the values; the caption names them."""
+    figure = _twin_figure()
+    html = offline_site.figure_html(json.loads(json.dumps(figure)))
+    (ranges,) = re.findall(r'<input type="range"[^>]*>', html)
+    assert 'min="0" max="1"' in ranges and 'value="1"' in ranges
+    assert 'aria-valuetext="H = 2"' in ranges and 'data-twin-param="0"' in ranges
+    buttons = re.findall(r'<button type="button" data-twin-param="1"[^>]*>([^<]*)</button>', html)
+    assert buttons == ["fast", "slow"]
+    assert 'aria-pressed="true" disabled>fast' in html
+    assert html.index('class="twin-controls"') < html.index('class="plotly-figure"')
+    caption = offline_site.figure_caption(figure)
+    assert caption["title"] == "H = 2, fast."
+    assert caption["print"] == ("Interactive on the site, with a control for each of H, mode; "
+                                "printed here at the default step, H = 2, mode = fast.")
+    assert "move the controls" in caption["screen"]
+    # The box is sized before anything is drawn, at the default step's own height.
+    assert 'style="height: 420px"' in html and "BookFigures.reserve" in html
+
+
 class _Script:
     """Stands in for Sphinx's _JavaScript: a path under _static/ and its attributes."""
 
@@ -109,6 +143,8 @@ class _Script:
 
 
 def test_pages_get_only_the_scripts_their_content_needs(offline_site: ModuleType) -> None:
+    """plotly.js and the figure scripts only where a figure is; no math script anywhere (the
+    math is typeset at build time)."""
     added = []
 
     class Builder:
@@ -120,23 +156,54 @@ def test_pages_get_only_the_scripts_their_content_needs(offline_site: ModuleType
     class App:
         builder = Builder()
 
-        class config:  # noqa: N801 - mirrors app.config
-            mathjax_path = "../_vendor/mathjax/tex-chtml.js"
-
     def scripts() -> list:
-        return [
-            _Script("_static/doctools.js"),
-            _Script("", body="window.MathJax = {}"),
-            _Script("_static/../_vendor/mathjax/tex-chtml.js", defer="defer"),
-        ]
+        return [_Script("_static/doctools.js"),
+                _Script("_static/../_vendor/plotly/render-plotly.js", defer="defer")]
 
-    plain = {"body": "<p>text</p>", "script_files": scripts()}
+    plain = {"body": '<p>text <span class="math">x</span></p>', "script_files": scripts()}
     offline_site.page_scripts(App, "p", "page.html", plain, None)
     assert [s.filename for s in plain["script_files"]] == ["_static/doctools.js"]
     assert added == []
 
-    rich = {"body": f'<span class="math">x</span>{offline_site.PLOTLY_BLOCK}{{}}</script>',
-            "script_files": scripts()}
+    rich = {"body": f"{offline_site.PLOTLY_BLOCK}{{}}</script>", "script_files": scripts()}
     offline_site.page_scripts(App, "p", "page.html", rich, None)
-    assert len(rich["script_files"]) == 3
-    assert added == list(offline_site.PLOTLY_SCRIPTS)
+    assert [s.filename for s in rich["script_files"]] == ["_static/doctools.js"]
+    assert added == [offline_site.FIGURE_LAYOUT_SCRIPT, *offline_site.PLOTLY_SCRIPTS]
+
+
+def test_math_is_typeset_at_build_time(offline_site: ModuleType, tmp_path: Path) -> None:
+    """typeset_math.js turns Sphinx's TeX markup into MathJax's CommonHTML with MathML beside
+    it, adds the page's math CSS with fonts found relative to the page, and fails on TeX it
+    cannot read."""
+    import shutil
+    import subprocess
+
+    node = shutil.which("node")
+    modules = EXTENSION.parents[2] / "node_modules"
+    if node is None or not (modules / "mathjax").is_dir():
+        pytest.fail("node and node_modules/mathjax are needed: run `npm ci`")
+    page = tmp_path / "lessons" / "a.html"
+    page.parent.mkdir()
+    page.write_text(
+        '<html><head></head><body><p>Inline <span class="math notranslate nohighlight">'
+        "\\(x^2 &lt; y\\)</span>.</p><div class=\"math notranslate nohighlight\">"
+        "\\[\\begin{aligned} a &amp;= b \\\\ c &amp;= d \\end{aligned}\\]</div></body></html>",
+        encoding="utf-8",
+    )
+    fonts = tmp_path / "_vendor" / "mathjax" / offline_site.MATHJAX_FONTS
+    run = [node, str(offline_site.TYPESET_MATH), str(modules), str(fonts), str(page)]
+    subprocess.run(run, check=True, capture_output=True)
+    html = page.read_text(encoding="utf-8")
+    assert html.count("<mjx-container") == 2 and "<mjx-merror" not in html
+    assert "\\(" not in html and "\\begin" not in html  # no TeX left
+    assert "<mjx-assistive-mml" in html and "<mo>&lt;</mo>" in html
+    assert '<style id="mathjax-chtml">' in html
+    assert 'url("../_vendor/mathjax/output/chtml/fonts/woff-v2/MathJax_Main-Regular.woff")' in html
+    again = html
+    subprocess.run(run, check=True, capture_output=True)  # a typeset page is left alone
+    assert page.read_text(encoding="utf-8") == again
+
+    page.write_text('<html><head></head><body><span class="math notranslate nohighlight">'
+                    "\\(\\frac{1}\\)</span></body></html>", encoding="utf-8")
+    failed = subprocess.run(run, capture_output=True, text=True)
+    assert failed.returncode == 1 and "could not typeset" in failed.stderr

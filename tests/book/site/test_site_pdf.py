@@ -3,9 +3,12 @@ PDFium (pypdfium2).
 
 It has a title page, a table of contents whose page numbers lead to each chapter, every
 chapter of _toc.yml under the title its source gives it, every figure of the lessons drawn
-(at its slider's default step, with the caption saying it is interactive on the site),
-page numbers, and no text printed beyond the right margin (code wraps instead). The site
-links it from the intro page and the download menu.
+(at its default step, with the caption saying it is interactive on the site, and without
+the controls the site draws), page numbers, at most MAX_PAGES pages and no empty one (a code
+cell taller than a page breaks across pages), one bookmark per heading under the heading's
+own text, the API reference as a short appendix, and no text printed beyond the right
+margin (code wraps instead). The site links it from the intro page and the download menu,
+which gives its size and no longer offers to print the page on screen.
 """
 
 from __future__ import annotations
@@ -22,9 +25,13 @@ import pytest
 PLOTLY = "application/vnd.plotly.v1+json"
 # Printed under every figure (book/_ext/offline_site.py, figure_caption).
 FIGURE_NOTE = "Interactive on the site"
-# A page of the book holds at most this many pages' worth of a chapter, on average: a
-# bound that a runaway layout (one line per page, say) breaks.
-MAX_PAGES_PER_CHAPTER = 60
+# The whole book prints on at most this many pages.
+MAX_PAGES = 350
+# A page holds at least this many characters besides its number: less is an empty page
+# (a box pushed whole to the next page leaves one behind).
+MIN_PAGE_TEXT = 40
+# The API appendix: each name's signature and summary, on at most this many pages.
+MAX_API_PAGES = 40
 # A drawn figure (grid lines, axes, bars, curves, labels) inks well over this share of its
 # box (the sparsest, a few points and two lines, inks 2.6%); an undrawn one leaves it white.
 MIN_INK = 0.01
@@ -38,8 +45,9 @@ BAND = 150
 
 
 def _squeeze(text: str) -> str:
-    """Text without whitespace: PDF text loses or adds spaces where lines break."""
-    return "".join(text.split())
+    """Text without whitespace and hyphens: PDF text loses or adds spaces where lines break,
+    and PDFium reads a hyphen that breaks a line as U+FFFE."""
+    return "".join(text.split()).translate({0xFFFE: None, 0xAD: None, ord("-"): None})
 
 
 def _first_heading(path: Path) -> str:
@@ -101,13 +109,65 @@ def test_page_count_and_page_numbers(
 ) -> None:
     """Title page, contents, then each chapter on pages of its own; each page numbered."""
     count = len(pdf)
-    assert len(toc_files) + 2 <= count <= MAX_PAGES_PER_CHAPTER * len(toc_files), count
+    assert len(toc_files) + 2 <= count <= MAX_PAGES, f"{count} pages; at most {MAX_PAGES}"
     unnumbered = [
         number
         for number, text in enumerate(page_texts, start=1)
         if not _squeeze(text).endswith(f"{number}/{count}")
     ]
     assert not unnumbered, f"pages without their number in the footer: {unnumbered}"
+
+
+def test_no_page_is_empty(page_texts: list[str]) -> None:
+    """Every page but the title page holds text of its own, not only its number."""
+    empty = []
+    for number, text in enumerate(page_texts, start=1):
+        body = _squeeze(text).removesuffix(f"{number}/{len(page_texts)}")
+        if number > 1 and len(body) < MIN_PAGE_TEXT:
+            empty.append(f"page {number}: {body!r}")
+    assert not empty, empty
+
+
+def _bookmarks(pdf: pypdfium2.PdfDocument) -> list[tuple[str, int]]:
+    return [(item.get_title(), item.get_dest().get_index() + 1)
+            for item in pdf.get_toc(max_depth=8) if item.get_dest() is not None]
+
+
+def test_bookmarks_carry_their_headings_once(
+    pdf: pypdfium2.PdfDocument, page_texts: list[str], chapter_titles: dict[str, str]
+) -> None:
+    """One bookmark per heading, under the heading's text written once, leading to a page
+    that shows it; every chapter has one."""
+    marks = _bookmarks(pdf)
+    assert len(marks) >= len(chapter_titles), marks[:5]
+    doubled = [t for t, _ in marks if len(t) > 1 and len(t) % 2 == 0
+               and t[: len(t) // 2] == t[len(t) // 2:]]
+    assert not doubled, f"bookmarks with their text written twice: {doubled[:10]}"
+    astray = [f"{title!r} -> page {page}" for title, page in marks
+              if _squeeze(title) not in _squeeze(page_texts[page - 1])]
+    assert not astray, f"bookmarks leading to a page without their heading: {astray[:10]}"
+    titles = {_squeeze(t) for t, _ in marks}
+    missing = [t for t in chapter_titles.values() if _squeeze(t) not in titles]
+    assert not missing, f"chapters without a bookmark: {missing}"
+
+
+def test_api_reference_is_a_short_appendix(
+    pdf: pypdfium2.PdfDocument, page_texts: list[str], chapter_titles: dict[str, str]
+) -> None:
+    """The API reference prints as signatures and summaries that point to the site."""
+    if "book/api" not in chapter_titles:
+        pytest.skip("the table of contents has no API reference")
+    marks = _bookmarks(pdf)
+    chapters = [(t, page) for t, page in marks if _squeeze(t) in
+                {_squeeze(title) for title in chapter_titles.values()}]
+    names = [_squeeze(t) for t, _ in chapters]
+    start = chapters[names.index(_squeeze(chapter_titles["book/api"]))][1]
+    later = [page for _, page in chapters if page > start]
+    end = min(later) if later else len(pdf)
+    assert end - start <= MAX_API_PAGES, f"the API appendix takes {end - start} pages"
+    text = _squeeze("".join(page_texts[start - 1 : end]))
+    assert _squeeze("This appendix gives each name's signature") in text
+    assert "Example:" not in text and ">>>" not in text
 
 
 def test_every_chapter_title_is_in_the_text(
@@ -186,10 +246,17 @@ def test_nothing_runs_past_the_right_margin(pdf: pypdfium2.PdfDocument) -> None:
 
 
 def test_site_links_the_pdf(html_dir: Path, pdf_path: Path, toc: dict) -> None:
-    """The intro page and every page's download menu link the PDF edition."""
+    """The intro page and every page's download menu link the PDF edition; the menu gives
+    its size and no longer offers to print the page on screen."""
+    size = f"({pdf_path.stat().st_size / 1e6:.1f} MB)"
     for page in (html_dir / f"{toc['root']}.html", html_dir / "lessons"):
         pages = sorted(page.glob("*.html")) if page.is_dir() else [page]
         for path in pages:
-            hrefs = re.findall(r'href="([^"#?]+\.pdf)"', path.read_text(encoding="utf-8"))
+            text = path.read_text(encoding="utf-8")
+            hrefs = re.findall(r'href="([^"#?]+\.pdf)"', text)
             targets = {(path.parent / href).resolve() for href in hrefs}
             assert pdf_path.resolve() in targets, f"{path.name} does not link {pdf_path.name}"
+            assert f'<span class="book-pdf-size">{size}</span>' in text, (
+                f"{path.name}: the download menu does not give the PDF's size {size}"
+            )
+            assert "window.print()" not in text, f"{path.name} still offers to print the page"
