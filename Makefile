@@ -31,7 +31,7 @@ PORTABLE := ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
 NBVAL := -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
   -n auto --dist loadfile
 
-.PHONY: help book pdf serve lab execute test clean distclean
+.PHONY: help book pdf serve lab execute test test-lib clean distclean
 
 help:
 	@echo "make book       build the static site into $(HTML)"
@@ -40,6 +40,7 @@ help:
 	@echo "make lab        JupyterLab on the lessons"
 	@echo "make execute    run lessons top to bottom and save their outputs (NB=path for one)"
 	@echo "make test       ruff, pytest, nbval, book build, standalone lessons, PDF, browser, actionlint"
+	@echo "make test-lib   the fast part: ruff, pytest (no site checks), doctests"
 	@echo "make clean      remove $(BUILD) and caches (distclean: also .venv and node_modules)"
 
 $(VENV_STAMP): requirements.txt pyproject.toml
@@ -88,7 +89,8 @@ lab: $(VENV_STAMP)
 execute: $(VENV_STAMP)
 	$(BIN)/python tests/execute_lessons.py $(NB)
 
-test: $(VENV_STAMP) $(NPM_STAMP)
+# Day-to-day work on attnlib: lint, the tests, the docstring examples; no lesson runs, no site.
+test-lib: $(VENV_STAMP) $(NPM_STAMP)
 	@echo "== ruff"
 	$(BIN)/ruff check .
 	@echo "== attnlib tests and book source checks"
@@ -96,6 +98,9 @@ test: $(VENV_STAMP) $(NPM_STAMP)
 	@echo "== attnlib docstring examples (doctests), then again on portable kernels"
 	$(BIN)/python -m pytest --doctest-modules attnlib
 	$(PORTABLE) $(BIN)/python -m pytest -q --doctest-modules attnlib
+
+test: $(VENV_STAMP) $(NPM_STAMP)
+	$(MAKE) test-lib
 	@echo "== lessons against their committed outputs (nbval), then again on portable kernels"
 	$(BIN)/python $(NBVAL) lessons/
 	$(PORTABLE) $(BIN)/python $(NBVAL) -q lessons/

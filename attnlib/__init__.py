@@ -14,11 +14,15 @@ Modules, one concept each (the chapter that explains it in brackets):
 - ``mla``        multi-head latent attention and GQA -> MLA conversion   (07)
 - ``cache``      KV and latent caches                                    (05, 07)
 - ``norms``      LayerNorm and RMSNorm                                   (04)
+- ``variants``   the attention variants a block builds, by name          (04, 06, 07)
 - ``layers``     feed-forward, transformer blocks, ``TinyDecoder``        (04, 05)
 - ``memory``     cache byte accounting and published model presets       (00, 05, 06, 07)
+- ``costs``      multiply-adds of decoding, MLA's decoding paths          (01, 05, 07)
+- ``convert``    weights from Hugging Face's Llama and DeepSeek attention (06, 07)
 - ``flash``      exact tiled attention with an online softmax            (09)
 - ``randomised`` sampling, sketching and low-rank estimators of attention (10)
 - ``tokens``     toy tokenizers and the embedding lookup                 (00)
+- ``examples``   the lessons' fixed examples (toy database, toy layer)   (01, 03)
 - ``device``     the default device rule
 - ``viz``        figures and explorers for every chapter (loaded on first use)
 - ``exercises``  answer checks for the lessons' exercises (loaded on first use)
@@ -34,9 +38,9 @@ Example:
             [1, 1, 1]], dtype=torch.int32)
 """
 
-# lesson 00's tokens, lesson 09's approx and gates and lesson 10's randomised, reachable as
-# attnlib.tokens, ...
-from attnlib import approx, gates, randomised, tokens  # noqa: F401
+# reachable as attnlib.tokens, ...: lesson 00's tokens, the lessons' examples, the cost
+# accounting, the Hugging Face converters, lesson 09's approx and gates, lesson 10's randomised
+from attnlib import approx, convert, costs, examples, gates, randomised, tokens  # noqa: F401
 from attnlib.cache import KVCache, LatentCache
 from attnlib.core import KERNELS, attention, attention_weights, row_normalise, similarity
 from attnlib.device import default_device
@@ -62,7 +66,7 @@ from attnlib.mla import MultiHeadLatentAttention, mla_absorbed, mla_from_mha, ml
 from attnlib.norms import LayerNorm, RMSNorm, layer_norm, rms_norm
 from attnlib.rope import apply_rope
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "__version__",

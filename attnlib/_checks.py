@@ -1,52 +1,34 @@
-"""Input checks shared by every module, and the rule for when they run.
+"""Input checks shared by every module: elementary checks, and the rule for when they run.
 
-Each public function and module ``forward`` starts with ONE call to a check from this
-module; the mathematics follows. A failed check raises ``ValueError`` or ``TypeError``
-with a message that names the argument, states the rule and shows the value given.
+Each public function and module ``forward`` starts with ONE call to a check of its own
+module, built from the checks below; the mathematics follows. A failed check raises
+``ValueError`` or ``TypeError`` with a message that names the argument, states the rule
+and shows the value given.
 
-Checks run once, on the user's arguments. Public functions and forwards are marked
-with :func:`entry_point`; when attnlib calls its own public functions internally (a GQA
-forward calling :func:`attnlib.core.attention`), the tensors were made or checked
-already, and the composite checks (``check_*_inputs``) of those nested calls return at
-once. The elementary checks (``check_tensor``, ``check_positive_int``, ...) always run;
-they are the building blocks of the composite ones.
+Checks run on the arguments a caller passes, and only there. When attnlib computes with
+tensors it made or checked itself, it calls the unchecked mathematics directly:
+
+- a public function ``f`` that other attnlib modules build on keeps its mathematics in a
+  core ``f.unchecked`` (the module's private ``_f``), which attnlib's modules call;
+- a module's ``forward`` checks its arguments and runs ``_forward``, the same computation
+  unchecked, which is what a block or a decoder calls on its sublayers;
+- building blocks for callers that have checked their inputs (``rope_rotate``,
+  ``rope_positions``) check nothing.
+
+No state decides whether a check runs: a function a user passes in (a kernel, a feature
+map) is called with arguments that were checked, and the public functions it calls check
+their own.
 
 This is a private module with public names: any attnlib module may import from it.
 """
 
 from __future__ import annotations
 
-import contextvars
-import functools
 import itertools
 import math
-from collections.abc import Callable, Iterable, Sequence
-from typing import TypeVar
+from collections.abc import Iterable, Sequence
 
 import torch
-
-_DEPTH = contextvars.ContextVar("attnlib_call_depth", default=0)
-_F = TypeVar("_F", bound=Callable)
-
-
-def entry_point(fn: _F) -> _F:
-    """Mark a public function or ``forward``: its input checks run only when a user calls it."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        token = _DEPTH.set(_DEPTH.get() + 1)
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            _DEPTH.reset(token)
-
-    return wrapper  # type: ignore[return-value]
-
-
-def nested_call() -> bool:
-    """True inside a public function that attnlib itself called (its inputs are trusted)."""
-    return _DEPTH.get() > 1
-
 
 # --- elementary checks ------------------------------------------------------------------
 
@@ -73,14 +55,21 @@ def check_last_dim(name: str, x: torch.Tensor, expected: int, rule: str) -> None
         )
 
 
-def check_like(name: str, x: torch.Tensor, like: torch.Tensor) -> None:
-    """``x`` must share the dtype and device of ``like`` (a module's parameters)."""
+def check_shape(name: str, x: torch.Tensor, trailing: Sequence[int | None], layout: str) -> None:
+    """The last dimensions of ``x`` must be ``trailing`` (None: any size); ``layout`` names them."""
+    n, tail = len(trailing), x.shape[x.dim() - len(trailing):]
+    if len(tail) < n or any(t not in (None, s) for s, t in zip(tail, trailing, strict=True)):
+        raise ValueError(f"{name} must have shape {layout}; got {tuple(x.shape)}")
+
+
+def check_like(
+    name: str, x: torch.Tensor, like: torch.Tensor, whose: str = "the parameters'"
+) -> None:
+    """``x`` must share the dtype and device of ``like`` (by default a module's parameters)."""
     if x.dtype != like.dtype:
-        raise TypeError(f"{name} must have the parameters' dtype {like.dtype}; got {x.dtype}")
+        raise TypeError(f"{name} must have {whose} dtype {like.dtype}; got {x.dtype}")
     if x.device != like.device:
-        raise ValueError(
-            f"{name} must live on the parameters' device {like.device}; got {x.device}"
-        )
+        raise ValueError(f"{name} must live on {whose} device {like.device}; got {x.device}")
 
 
 def check_bool(name: str, value: object) -> bool:
@@ -122,6 +111,11 @@ def check_positive_float(name: str, value: object) -> float:
     if not (value > 0 and math.isfinite(value)):
         raise ValueError(f"{name} must be a finite positive number (> 0); got {value}")
     return float(value)
+
+
+def check_optional_positive_float(name: str, value: object) -> float | None:
+    """``value`` must be None or a real number > 0."""
+    return None if value is None else check_positive_float(name, value)
 
 
 def check_even(name: str, value: int, why: str) -> None:
@@ -197,65 +191,6 @@ def check_mask(mask: object, target: Sequence[int], device: torch.device, min_di
         )
 
 
-# --- composite checks: one call at the top of a public function --------------------------
-
-
-def check_attention_inputs(
-    Q: object,
-    K: object,
-    V: object | None = None,
-    *,
-    kernel: object = "softmax",
-    kernels: Iterable[str] = ("softmax",),
-    mask: object = None,
-    causal: object = False,
-    scale: object = None,
-    impl: object = "auto",
-) -> None:
-    """Everything :func:`attnlib.core.attention` and its relatives need of their arguments."""
-    if nested_call():
-        return
-    tensors = {"Q": Q, "K": K} if V is None else {"Q": Q, "K": K, "V": V}
-    for name, t in tensors.items():
-        check_tensor(name, t, min_dim=2)
-    if Q.shape[-1] != K.shape[-1]:
-        raise ValueError(
-            "Q and K must share the last dimension d_QK (scores are dot products q . k); "
-            f"got Q {tuple(Q.shape)} and K {tuple(K.shape)}"
-        )
-    if V is not None and V.shape[-2] != K.shape[-2]:
-        raise ValueError(
-            "K and V must have the same number of rows N_KV (one value per key); "
-            f"got K {tuple(K.shape)} and V {tuple(V.shape)}"
-        )
-    if len({t.dtype for t in tensors.values()}) > 1:
-        dtypes = {n: t.dtype for n, t in tensors.items()}
-        raise TypeError(f"Q, K and V must share one dtype; got {dtypes}")
-    if len({t.device for t in tensors.values()}) > 1:
-        devices = {n: str(t.device) for n, t in tensors.items()}
-        raise ValueError(f"Q, K and V must live on one device; got {devices}")
-    batch = broadcast_shape(*(t.shape[:-2] for t in tensors.values()))
-    if batch is None:
-        shapes = {n: tuple(t.shape) for n, t in tensors.items()}
-        raise ValueError(
-            "the batch dimensions (all but the last two) of Q, K and V must broadcast; "
-            f"got {shapes}"
-        )
-    if isinstance(kernel, str):
-        check_choice("kernel", kernel, list(kernels))
-    elif not callable(kernel):
-        raise TypeError(
-            f"kernel must be a name in {list(kernels)} or a callable on the logits; "
-            f"got {type(kernel).__name__}"
-        )
-    check_bool("causal", causal)
-    if scale is not None:
-        check_positive_float("scale", scale)
-    check_choice("impl", impl, ["auto", "explicit"])
-    if mask is not None:
-        check_mask(mask, (*batch, Q.shape[-2], K.shape[-2]), Q.device)
-
-
 def check_kernel_output(A: object, S: torch.Tensor) -> None:
     """A kernel ``f`` must map the logits to non-negative values of the same shape."""
     if not isinstance(A, torch.Tensor) or A.shape != S.shape:
@@ -288,53 +223,121 @@ def as_positions(positions: object, device: torch.device) -> torch.Tensor:
     return positions
 
 
-def check_module_inputs(
-    X: object,
+# --- arguments that several modules take --------------------------------------------------
+
+
+def check_qkv(Q: object, K: object, V: object | None = None) -> tuple[int, ...]:
+    """Queries, keys (and values) that fit together; returns their broadcast batch shape.
+
+    ``Q (..., N_Q, d_QK)``, ``K (..., N_KV, d_QK)``, ``V (..., N_KV, d_V)``: floating
+    tensors of one dtype on one device whose batch dimensions (all but the last two)
+    broadcast.
+    """
+    tensors = {"Q": Q, "K": K} if V is None else {"Q": Q, "K": K, "V": V}
+    for name, t in tensors.items():
+        check_tensor(name, t, min_dim=2)
+    if Q.shape[-1] != K.shape[-1]:
+        raise ValueError(
+            "Q and K must share the last dimension d_QK (scores are dot products q . k); "
+            f"got Q {tuple(Q.shape)} and K {tuple(K.shape)}"
+        )
+    if V is not None and V.shape[-2] != K.shape[-2]:
+        raise ValueError(
+            "K and V must have the same number of rows N_KV (one value per key); "
+            f"got K {tuple(K.shape)} and V {tuple(V.shape)}"
+        )
+    if len({t.dtype for t in tensors.values()}) > 1:
+        dtypes = {n: t.dtype for n, t in tensors.items()}
+        raise TypeError(f"Q, K and V must share one dtype; got {dtypes}")
+    if len({t.device for t in tensors.values()}) > 1:
+        devices = {n: str(t.device) for n, t in tensors.items()}
+        raise ValueError(f"Q, K and V must live on one device; got {devices}")
+    batch = broadcast_shape(*(t.shape[:-2] for t in tensors.values()))
+    if batch is None:
+        shapes = {n: tuple(t.shape) for n, t in tensors.items()}
+        raise ValueError(
+            "the batch dimensions (all but the last two) of Q, K and V must broadcast; "
+            f"got {shapes}"
+        )
+    return batch
+
+
+def check_attention_options(
+    mask: object,
+    causal: object,
+    scale: object,
+    impl: object,
     *,
-    d_in: int,
-    like: torch.Tensor,
-    X_KV: object = None,
-    causal: object = False,
-    mask: object = None,
-    positions: object = None,
-    cache: object = None,
-    cache_type: type | None = None,
-    impl: object = "auto",
+    logits: Sequence[int],
+    device: torch.device,
+) -> None:
+    """The options every attention function takes: ``causal`` a bool, ``scale`` None or > 0,
+    ``impl`` ``"auto"`` or ``"explicit"``, ``mask`` a bool tensor broadcasting to ``logits``
+    (the shape ``(..., N_Q, N_KV)`` of the logits)."""
+    check_bool("causal", causal)
+    check_optional_positive_float("scale", scale)
+    check_choice("impl", impl, ("auto", "explicit"))
+    if mask is not None:
+        check_mask(mask, logits, device)
+
+
+def check_kernel(kernel: object, names: Iterable[str]) -> None:
+    """``kernel`` must be one of the named kernels or a callable on the logits."""
+    if isinstance(kernel, str):
+        check_choice("kernel", kernel, list(names))
+    elif not callable(kernel):
+        raise TypeError(
+            f"kernel must be a name in {list(names)} or a callable on the logits; "
+            f"got {type(kernel).__name__}"
+        )
+
+
+def check_gain(name: str, g: object, width: int) -> None:
+    """``g`` must be None or a ``(width,)`` tensor: one gain (or shift) per feature."""
+    if g is not None and check_tensor(name, g).shape != (width,):
+        raise ValueError(
+            f"{name} must have shape (d,) = ({width},), one entry per feature of x; "
+            f"got {tuple(g.shape)}"
+        )
+
+
+def check_input(name: str, X: object, width: int, like: torch.Tensor, rule: str) -> None:
+    """A module's input ``X (..., N, width)`` with the dtype and device of its parameters."""
+    check_tensor(name, X, min_dim=2)
+    check_last_dim(name, X, width, rule)
+    check_like(name, X, like)
+
+
+def check_positions(positions: object, n: int, device: torch.device) -> None:
+    """A module's ``positions``: ``(N,)`` or ``(B, N)`` with ``N`` the number of new tokens."""
+    shape = tuple(as_positions(positions, device).shape)
+    if shape[-1:] != (n,) or len(shape) > 2:
+        raise ValueError(
+            f"positions must have shape (N,) or (B, N) with N = {n} tokens; got {shape}"
+        )
+
+
+def check_cache(cache: object, kind: type) -> None:
+    """``cache`` must be an instance of ``kind`` (a cache class of attnlib's)."""
+    if not isinstance(cache, kind):
+        raise TypeError(f"cache must be an attnlib.{kind.__name__}; got {type(cache).__name__}")
+
+
+
+def check_attention_call(
+    X: torch.Tensor, *, causal: object, mask: object, positions: object, n_kv: int,
     **flags: object,
 ) -> None:
-    """The arguments of an attention module's ``forward`` (GQA, MLA, or a block around one).
+    """What an attention module's ``forward`` takes besides its input ``X`` and its cache.
 
-    ``X (..., N_Q, d_in)`` with the parameters' dtype and device; ``X_KV`` likewise
-    (cross-attention, no cache); ``mask`` a bool ``(..., N_Q, N_KV)`` shared by every head,
-    with ``N_KV`` counting the cached tokens; ``positions`` ``(N_Q,)`` or ``(B, N_Q)``;
-    every keyword in ``flags`` a bool.
+    ``causal`` and every keyword in ``flags`` a bool; ``positions`` ``(N_Q,)`` or
+    ``(B, N_Q)``; ``mask`` a bool ``(..., N_Q, N_KV)`` shared by every head, with
+    ``n_kv = N_KV`` counting the cached tokens.
     """
-    if nested_call():
-        return
-    check_tensor("X", X, min_dim=2)
-    check_last_dim("X", X, d_in, "d_in of this module")
-    check_like("X", X, like)
-    if X_KV is not None:
-        check_tensor("X_KV", X_KV, min_dim=2)
-        check_last_dim("X_KV", X_KV, d_in, "d_in of this module")
-        check_like("X_KV", X_KV, like)
-        if cache is not None:
-            raise ValueError("cache must be None for cross-attention (X_KV given)")
-    if cache is not None and not isinstance(cache, cache_type):
-        raise TypeError(
-            f"cache must be an attnlib.{cache_type.__name__}; got {type(cache).__name__}"
-        )
     for name, flag in {"causal": causal, **flags}.items():
         check_bool(name, flag)
-    check_choice("impl", impl, ["auto", "explicit"])
     n_q = X.shape[-2]
     if positions is not None:
-        shape = tuple(as_positions(positions, X.device).shape)
-        if shape[-1:] != (n_q,) or len(shape) > 2:
-            raise ValueError(
-                f"positions must have shape (N,) or (B, N) with N = {n_q} tokens; got {shape}"
-            )
+        check_positions(positions, n_q, X.device)
     if mask is not None:
-        source = X if X_KV is None else X_KV
-        n_kv = source.shape[-2] + (0 if cache is None else cache.n_tokens)
         check_mask(mask, (*X.shape[:-2], n_q, n_kv), X.device, min_dim=2)

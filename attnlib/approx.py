@@ -32,16 +32,17 @@ import torch
 import torch.nn.functional as F
 
 from attnlib._checks import (
-    check_attention_inputs,
     check_bool,
+    check_like,
     check_matrix,
+    check_optional_positive_float,
     check_positive_int,
+    check_qkv,
+    check_shape,
     check_tensor,
-    entry_point,
-    nested_call,
 )
 from attnlib.core import attention
-from attnlib.masks import causal_mask
+from attnlib.masks import causal_mask, query_positions
 
 __all__ = [
     "LinearAttentionState",
@@ -65,7 +66,6 @@ FeatureMap = Callable[[torch.Tensor], torch.Tensor]
 # ---------------------------------------------------------------------------------------
 
 
-@entry_point
 def elu_feature_map(X: torch.Tensor) -> torch.Tensor:
     """``phi(X) = elu(X) + 1`` entrywise: the positive feature map of linear transformers.
 
@@ -89,7 +89,6 @@ def elu_feature_map(X: torch.Tensor) -> torch.Tensor:
     return F.elu(X) + 1.0
 
 
-@entry_point
 def positive_random_features(X: torch.Tensor, Omega: torch.Tensor) -> torch.Tensor:
     """``phi(X) = exp(X Omega - |X|^2 / 2) / sqrt(r)``: Performer's positive random features.
 
@@ -112,16 +111,16 @@ def positive_random_features(X: torch.Tensor, Omega: torch.Tensor) -> torch.Tens
 
     Lesson: 09_frontier.
     """
-    if not nested_call():
-        check_tensor("X", X)
-        check_matrix("Omega", Omega, rows=X.shape[-1])
-        _check_same("Omega", Omega, X, "X")
+    _check_projection(X, "X", Omega)
+    return _positive_random_features(X, Omega)
+
+
+def _positive_random_features(X: torch.Tensor, Omega: torch.Tensor) -> torch.Tensor:
     r = Omega.shape[-1]
     log_phi = X @ Omega - 0.5 * X.pow(2).sum(dim=-1, keepdim=True)  # (..., N, r)
     return torch.exp(log_phi) / math.sqrt(r)
 
 
-@entry_point
 def gaussian_features(
     d: int,
     r: int,
@@ -185,7 +184,6 @@ def gaussian_features(
 # ---------------------------------------------------------------------------------------
 
 
-@entry_point
 def linear_attention(
     Q: torch.Tensor,
     K: torch.Tensor,
@@ -227,13 +225,9 @@ def linear_attention(
 
     Lesson: 09_frontier.
     """
-    if not nested_call():
-        check_attention_inputs(Q, K, V, causal=causal)
-        if not callable(phi):
-            raise TypeError(f"phi must be a callable feature map; got {type(phi).__name__}")
-    phi_Q, phi_K = phi(Q), phi(K)  # (..., N_Q, r), (..., N_KV, r)
-    if not nested_call():
-        _check_features(phi_Q, phi_K, Q, K)
+    _check_linear(Q, K, V, phi, causal=causal)
+    phi_Q, phi_K = phi(Q), phi(K)  # (..., N_Q, r), (..., N_KV, r): phi checks its own inputs
+    _check_features(phi_Q, phi_K, Q, K)  # a user's callable: its output is checked, never trusted
     return _linear_from_features(phi_Q, phi_K, V, causal)
 
 
@@ -250,7 +244,7 @@ def _linear_from_features(
     else:
         KV = torch.cumsum(phi_K.unsqueeze(-1) * V.unsqueeze(-2), dim=-3)  # (..., N_KV, r, d_V)
         z = torch.cumsum(phi_K, dim=-2)  # (..., N_KV, r)
-        last = torch.arange(n_q, device=phi_Q.device) + (n_kv - n_q)  # last visible key per query
+        last = query_positions.unchecked(n_q, n_kv, phi_Q.device)  # last visible key per query
         seen = (last >= 0)[:, None]  # (N_Q, 1): does query i see any key?
         last = last.clamp(min=0)
         num = (phi_Q.unsqueeze(-2) @ KV[..., last, :, :]).squeeze(-2)  # (..., N_Q, d_V)
@@ -294,7 +288,6 @@ class LinearAttentionState:
         self.z: torch.Tensor | None = None
         self.n_tokens = 0
 
-    @entry_point
     def step(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Add token ``t``'s key and value to the state, then answer its query.
 
@@ -313,6 +306,9 @@ class LinearAttentionState:
                 f"q and k must share the last dimension d_QK; got {tuple(q.shape)} and "
                 f"{tuple(k.shape)}"
             )
+        return self._step(q, k, v)
+
+    def _step(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         phi_q, phi_k = self.phi(q), self.phi(k)  # (..., r)
         S_new = phi_k.unsqueeze(-1) * v.unsqueeze(-2)  # (..., r, d_V)  phi(k)^T v
         self.S = S_new if self.S is None else self.S + S_new
@@ -330,7 +326,6 @@ class LinearAttentionState:
         return self.S.numel() * self.S.element_size() + self.z.numel() * self.z.element_size()
 
 
-@entry_point
 def linear_attention_recurrent(
     Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, phi: FeatureMap
 ) -> torch.Tensor:
@@ -356,14 +351,9 @@ def linear_attention_recurrent(
 
     Lesson: 09_frontier.
     """
-    check_attention_inputs(Q, K, V)
-    if Q.shape[-2] != K.shape[-2]:
-        raise ValueError(
-            "Q and K must have the same number of rows N (one query per token); got "
-            f"Q {tuple(Q.shape)} and K {tuple(K.shape)}"
-        )
+    _check_linear(Q, K, V, phi, per_token=True)
     state = LinearAttentionState(phi)
-    ys = [state.step(Q[..., t, :], K[..., t, :], V[..., t, :]) for t in range(Q.shape[-2])]
+    ys = [state._step(Q[..., t, :], K[..., t, :], V[..., t, :]) for t in range(Q.shape[-2])]
     return torch.stack(ys, dim=-2)  # (..., N, d_V)
 
 
@@ -372,7 +362,6 @@ def linear_attention_recurrent(
 # ---------------------------------------------------------------------------------------
 
 
-@entry_point
 def random_feature_kernel(
     Q: torch.Tensor, K: torch.Tensor, Omega: torch.Tensor, *, scale: float | None = None
 ) -> torch.Tensor:
@@ -398,16 +387,13 @@ def random_feature_kernel(
 
     Lesson: 09_frontier.
     """
-    check_attention_inputs(Q, K, scale=scale)
-    check_matrix("Omega", Omega, rows=Q.shape[-1])
-    _check_same("Omega", Omega, Q, "Q")
+    _check_performer(Q, K, None, Omega, False, scale)
     root = math.sqrt(1.0 / math.sqrt(Q.shape[-1]) if scale is None else scale)
-    phi_Q = positive_random_features(Q * root, Omega)  # (..., N_Q, r)
-    phi_K = positive_random_features(K * root, Omega)  # (..., N_KV, r)
+    phi_Q = _positive_random_features(Q * root, Omega)  # (..., N_Q, r)
+    phi_K = _positive_random_features(K * root, Omega)  # (..., N_KV, r)
     return phi_Q @ phi_K.mT  # (..., N_Q, N_KV)
 
 
-@entry_point
 def performer_attention(
     Q: torch.Tensor,
     K: torch.Tensor,
@@ -448,9 +434,7 @@ def performer_attention(
 
     Lesson: 09_frontier.
     """
-    check_attention_inputs(Q, K, V, causal=causal, scale=scale)
-    check_matrix("Omega", Omega, rows=Q.shape[-1])
-    _check_same("Omega", Omega, Q, "Q")
+    _check_performer(Q, K, V, Omega, causal, scale)
     root = math.sqrt(1.0 / math.sqrt(Q.shape[-1]) if scale is None else scale)
     Qs, Ks = Q * root, K * root
 
@@ -468,7 +452,6 @@ def performer_attention(
 # ---------------------------------------------------------------------------------------
 
 
-@entry_point
 def topk_mask(scores: torch.Tensor, k: int, *, allowed: torch.Tensor | None = None) -> torch.Tensor:
     """For each query, True on the ``k`` allowed keys with the largest scores.
 
@@ -494,6 +477,11 @@ def topk_mask(scores: torch.Tensor, k: int, *, allowed: torch.Tensor | None = No
     check_positive_int("k", k)
     if allowed is not None:
         _check_allowed(allowed, scores)
+    return _topk_mask(scores, k, allowed)
+
+
+def _topk_mask(scores: torch.Tensor, k: int, allowed: torch.Tensor | None) -> torch.Tensor:
+    if allowed is not None:
         scores = scores.masked_fill(~allowed, -math.inf)
     order = torch.sort(scores, dim=-1, descending=True, stable=True).indices  # ties: smaller j
     keep = torch.zeros_like(scores, dtype=torch.bool)
@@ -501,7 +489,6 @@ def topk_mask(scores: torch.Tensor, k: int, *, allowed: torch.Tensor | None = No
     return keep if allowed is None else keep & allowed
 
 
-@entry_point
 def topk_attention(
     Q: torch.Tensor,
     K: torch.Tensor,
@@ -541,22 +528,14 @@ def topk_attention(
 
     Lesson: 09_frontier.
     """
-    check_attention_inputs(Q, K, V, causal=causal, scale=scale)
-    check_positive_int("k", k)
+    _check_topk(Q, K, V, k, index_scores, causal, scale)
     s = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else scale
     n_q, n_kv = Q.shape[-2], K.shape[-2]
     if index_scores is None:
         index_scores = s * Q @ K.mT  # (..., N_Q, N_KV) the exact logits
-    else:
-        check_tensor("index_scores", index_scores, min_dim=2)
-        if index_scores.shape[-2:] != (n_q, n_kv):
-            raise ValueError(
-                f"index_scores must have shape (..., N_Q, N_KV) = (..., {n_q}, {n_kv}); got "
-                f"{tuple(index_scores.shape)}"
-            )
-    allowed = causal_mask(n_q, n_kv, device=Q.device) if causal else None
-    keep = topk_mask(index_scores, k, allowed=allowed)  # (..., N_Q, N_KV)
-    return attention(Q, K, V, mask=keep, scale=s)
+    allowed = causal_mask.unchecked(n_q, n_kv, Q.device) if causal else None
+    keep = _topk_mask(index_scores, k, allowed)  # (..., N_Q, N_KV)
+    return attention.unchecked(Q, K, V, mask=keep, scale=s)
 
 
 # ---------------------------------------------------------------------------------------
@@ -564,7 +543,6 @@ def topk_attention(
 # ---------------------------------------------------------------------------------------
 
 
-@entry_point
 def delta_rule(
     Q: torch.Tensor,
     K: torch.Tensor,
@@ -600,20 +578,8 @@ def delta_rule(
 
     Lesson: 09_frontier.
     """
-    check_attention_inputs(Q, K, V)
+    _check_delta(Q, K, V, beta, alpha)
     n = K.shape[-2]
-    if Q.shape[-2] != n:
-        raise ValueError(
-            f"Q and K must have the same number of rows N (one query per token); got "
-            f"Q {tuple(Q.shape)} and K {tuple(K.shape)}"
-        )
-    for name, g in (("beta", beta), ("alpha", alpha)):
-        if g is not None:
-            check_tensor(name, g)
-            if g.shape[-1] != n:
-                raise ValueError(
-                    f"{name} must have shape (..., N) with N = {n} tokens; got {tuple(g.shape)}"
-                )
     batch = torch.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2], beta.shape[:-1])
     S = torch.zeros(*batch, K.shape[-1], V.shape[-1], dtype=V.dtype, device=V.device)
     ys = []
@@ -633,11 +599,56 @@ def delta_rule(
 # ---------------------------------------------------------------------------------------
 
 
-def _check_same(name: str, x: torch.Tensor, like: torch.Tensor, like_name: str) -> None:
-    if x.dtype != like.dtype:
-        raise TypeError(f"{name} must have {like_name}'s dtype {like.dtype}; got {x.dtype}")
-    if x.device != like.device:
-        raise ValueError(f"{name} must live on {like_name}'s device {like.device}; got {x.device}")
+def _check_projection(X: object, name: str, Omega: object) -> None:
+    """``Omega (d, r)`` projects the rows of ``X (..., N, d)``, with ``X``'s dtype and device."""
+    check_tensor(name, X)
+    check_matrix("Omega", Omega, rows=X.shape[-1])
+    check_like("Omega", Omega, X, f"{name}'s")
+
+
+def _check_linear(Q, K, V, phi, *, causal=False, per_token=False) -> None:
+    check_qkv(Q, K, V)
+    check_bool("causal", causal)
+    if not callable(phi):
+        raise TypeError(f"phi must be a callable feature map; got {type(phi).__name__}")
+    if per_token:
+        _check_one_query_per_key(Q, K)
+
+
+def _check_one_query_per_key(Q: torch.Tensor, K: torch.Tensor) -> None:
+    if Q.shape[-2] != K.shape[-2]:
+        raise ValueError(
+            "Q and K must have the same number of rows N (one query per token); got "
+            f"Q {tuple(Q.shape)} and K {tuple(K.shape)}"
+        )
+
+
+def _check_performer(Q, K, V, Omega, causal, scale) -> None:
+    check_qkv(Q, K, V)
+    check_bool("causal", causal)
+    check_optional_positive_float("scale", scale)
+    check_matrix("Omega", Omega, rows=Q.shape[-1])
+    check_like("Omega", Omega, Q, "Q's")
+
+
+def _check_topk(Q, K, V, k, index_scores, causal, scale) -> None:
+    check_qkv(Q, K, V)
+    check_bool("causal", causal)
+    check_optional_positive_float("scale", scale)
+    check_positive_int("k", k)
+    if index_scores is not None:
+        n_q, n_kv = Q.shape[-2], K.shape[-2]
+        check_shape("index_scores", check_tensor("index_scores", index_scores), (n_q, n_kv),
+                    f"(..., N_Q, N_KV) = (..., {n_q}, {n_kv})")
+
+
+def _check_delta(Q, K, V, beta, alpha) -> None:
+    check_qkv(Q, K, V)
+    _check_one_query_per_key(Q, K)
+    for name, g in (("beta", beta), ("alpha", alpha)):
+        if g is not None:
+            n = K.shape[-2]
+            check_shape(name, check_tensor(name, g), (n,), f"(..., N) with N = {n} tokens")
 
 
 def _check_features(phi_Q: object, phi_K: object, Q: torch.Tensor, K: torch.Tensor) -> None:

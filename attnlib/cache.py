@@ -9,50 +9,61 @@ earlier token. Those never change, so they are computed once and kept:
   ``max_tokens`` tokens and written in place; :class:`KVCache` grows by ``torch.cat``,
   which copies everything it holds at every call.
 * :class:`LatentCache` keeps MLA's shared latent ``L = X W_L`` (``d_L`` numbers) and, with
-  decoupled RoPE, the one rotated key ``k_R`` (``d_R`` numbers) per token and layer.
+  decoupled RoPE, the one rotated key ``k_R`` (``d_R`` numbers) per token and layer;
+  :class:`StaticLatentCache` keeps them in buffers allocated once.
 
-What the cache saves is arithmetic. :func:`decode_step_macs` counts the multiply-adds of one
-decoder forward pass and :func:`generation_macs` those of every step of a greedy
-generation, with and without a cache.
+What the cache saves is arithmetic; :mod:`attnlib.costs` counts it
+(:func:`attnlib.costs.decode_step_macs`, :func:`attnlib.costs.generation_macs`).
 
 Queries are never cached: each is used once, by the step that made it. Feeding a sequence
 through a module in pieces with a cache gives the same outputs as one causal call over
 the whole sequence. Keys are stored *after* RoPE, so a cached key never needs rotating
-again. One cache object serves one attention layer.
+again. One cache object serves one attention layer, whose ``new_cache(max_tokens)`` makes
+the right kind.
+
+``update`` checks what it is given and appends it; the attention modules, which made the
+tensors themselves, call the unchecked ``_append``.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
-from attnlib._checks import (
-    check_bool,
-    check_choice,
-    check_nonnegative_int,
-    check_positive_int,
-    check_tensor,
-)
+from attnlib._checks import check_positive_int, check_tensor
 
-__all__ = [
-    "KVCache",
-    "LatentCache",
-    "StaticKVCache",
-    "decode_step_macs",
-    "generation_macs",
-]
+__all__ = ["KVCache", "LatentCache", "StaticKVCache", "StaticLatentCache"]
 
 
-def _append(name: str, held: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor:
-    """Concatenate ``new`` after ``held`` along the token axis -2, after checking they fit."""
+def _concat(held: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor:
+    """``new`` after ``held`` along the token axis -2: a new tensor, every held row copied."""
+    return new if held is None else torch.cat((held, new), dim=-2)
+
+
+def _buffer(like: torch.Tensor, max_tokens: int) -> torch.Tensor:
+    """An empty ``(..., max_tokens, d)`` buffer with ``like``'s other sizes, dtype and device."""
+    return like.new_empty((*like.shape[:-2], max_tokens, like.shape[-1]))
+
+
+class Rows(NamedTuple):
+    """What a cache is about to receive: the shape, dtype and device of the new rows."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+
+
+def _rows(name: str, new: object) -> Rows:
+    """The :class:`Rows` of a tensor ``new (..., N_new, d)`` handed to ``update``."""
     check_tensor(name, new, min_dim=2)
-    if held is None:
-        return new
-    _check_fits(name, held, new)
-    return torch.cat((held, new), dim=-2)  # a new tensor: every held row is copied
+    return Rows(tuple(new.shape), new.dtype, new.device)
 
 
-def _check_fits(name: str, held: torch.Tensor, new: torch.Tensor) -> None:
+def _check_fits(name: str, held: torch.Tensor | None, new: Rows) -> None:
     """``new`` must match ``held`` in every dimension but the token axis, in dtype and device."""
+    if held is None:
+        return
     same_rest = held.shape[:-2] == new.shape[:-2] and held.shape[-1] == new.shape[-1]
     if not same_rest:
         raise ValueError(
@@ -66,7 +77,7 @@ def _check_fits(name: str, held: torch.Tensor, new: torch.Tensor) -> None:
         )
 
 
-def _check_kv_pair(K: torch.Tensor, V: torch.Tensor) -> None:
+def _check_kv_pair(K: Rows, V: Rows) -> None:
     if K.shape[-2] != V.shape[-2] or K.shape[:-2] != V.shape[:-2]:
         raise ValueError(
             "K and V must have the same leading shape and token count; "
@@ -121,9 +132,17 @@ class KVCache:
         Returns:
             ``(K_all, V_all)`` with ``N_all = n_tokens`` rows.
         """
+        self._check_next(_rows("K", K), _rows("V", V))
+        return self._append(K, V)
+
+    def _check_next(self, K: Rows, V: Rows) -> None:
+        """New keys and values of these shapes fit (an attention module asks before it runs)."""
         _check_kv_pair(K, V)
-        self.K = _append("K", self.K, K)
-        self.V = _append("V", self.V, V)
+        _check_fits("K", self.K, K)
+        _check_fits("V", self.V, V)
+
+    def _append(self, K: torch.Tensor, V: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.K, self.V = _concat(self.K, K), _concat(self.V, V)
         return self.K, self.V
 
     def reset(self) -> None:
@@ -197,24 +216,24 @@ class StaticKVCache(KVCache):
             ValueError: the new tokens would not fit in ``max_tokens``, or their shape,
                 dtype or device differ from the buffers'.
         """
-        check_tensor("K", K, min_dim=2)
-        check_tensor("V", V, min_dim=2)
+        self._check_next(_rows("K", K), _rows("V", V))
+        return self._append(K, V)
+
+    def _check_next(self, K: Rows, V: Rows) -> None:
+        """New keys and values of these shapes fit the buffers and the room left in them."""
         _check_kv_pair(K, V)
-        n_new = K.shape[-2]
-        if self._n + n_new > self.max_tokens:
-            raise ValueError(
-                f"K and V must fit in max_tokens={self.max_tokens}: the cache holds "
-                f"{self._n} tokens and got {n_new} more"
-            )
-        if self._K is None or self._V is None:
-            self._K = K.new_empty((*K.shape[:-2], self.max_tokens, K.shape[-1]))
-            self._V = V.new_empty((*V.shape[:-2], self.max_tokens, V.shape[-1]))
+        _check_room("K and V", self._n, K.shape[-2], self.max_tokens)
         _check_fits("K", self._K, K)
         _check_fits("V", self._V, V)
-        self._K[..., self._n : self._n + n_new, :] = K  # written once, never moved
-        self._V[..., self._n : self._n + n_new, :] = V
-        self._n += n_new
-        return self.K, self.V
+
+    def _append(self, K: torch.Tensor, V: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._K is None or self._V is None:
+            self._K, self._V = _buffer(K, self.max_tokens), _buffer(V, self.max_tokens)
+        n, n_new = self._n, K.shape[-2]
+        self._K[..., n : n + n_new, :] = K  # written once, never moved
+        self._V[..., n : n + n_new, :] = V
+        self._n = n + n_new
+        return self._K[..., : self._n, :], self._V[..., : self._n, :]
 
     def reset(self) -> None:
         """Forget every token; keep the buffers for the next sequence."""
@@ -265,19 +284,19 @@ class LatentCache:
         Returns:
             ``(L_all, k_R_all)``; ``k_R_all`` is None when no rotated keys are kept.
         """
-        if self.n_tokens > 0 and (k_R is None) != (self.k_R is None):
-            raise ValueError(
-                "k_R must be given on every call or on none (decoupled RoPE is on or off); "
-                f"the cache holds k_R: {self.k_R is not None}, got k_R: {k_R is not None}"
-            )
-        if k_R is not None and (k_R.shape[:-1] != L.shape[:-1]):
-            raise ValueError(
-                "k_R must have one row per row of L (same leading shape); "
-                f"got L {tuple(L.shape)} and k_R {tuple(k_R.shape)}"
-            )
-        self.L = _append("L", self.L, L)
+        self._check_next(_rows("L", L), None if k_R is None else _rows("k_R", k_R))
+        return self._append(L, k_R)
+
+    def _check_next(self, L: Rows, k_R: Rows | None) -> None:
+        """New latents (and rotated keys) of these shapes fit what the cache holds."""
+        _check_latent(self, L, k_R)
+
+    def _append(
+        self, L: torch.Tensor, k_R: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        self.L = _concat(self.L, L)
         if k_R is not None:
-            self.k_R = _append("k_R", self.k_R, k_R)
+            self.k_R = _concat(self.k_R, k_R)
         return self.L, self.k_R
 
     def reset(self) -> None:
@@ -289,111 +308,114 @@ class LatentCache:
         return f"LatentCache(n_tokens={self.n_tokens}, L_shape={shape}, nbytes={self.nbytes})"
 
 
-FFN_MATRICES: dict[str, int] = {"swiglu": 3, "gelu": 2, "relu": 2}
-"""Weight matrices of ``d x d_ff`` entries in each kind of feed-forward network."""
+class StaticLatentCache(LatentCache):
+    """A :class:`LatentCache` whose buffers are allocated once and written in place.
 
+    The latent counterpart of :class:`StaticKVCache`: the first :meth:`update` allocates
+    ``L`` (and ``k_R``) buffers for ``max_tokens`` tokens, and every call writes the new
+    rows into the next free positions; no held row is copied again.
 
-def decode_step_macs(
-    n_q: int,
-    n_kv: int,
-    *,
-    n_layers: int,
-    d_model: int,
-    n_heads: int,
-    n_kv_heads: int,
-    d_head: int,
-    d_ff: int,
-    vocab_size: int,
-    ffn: str = "swiglu",
-) -> dict[str, int]:
-    """Multiply-adds of the matrix products of one decoder pass: ``N_Q`` rows, ``N_KV`` keys.
-
-    Per layer, with ``m`` matrices in the feed-forward network (3 for SwiGLU)::
-
-        attention   = 2 · H · N_Q · N_KV · d_head           # Q K^T, then P V (dense)
-        projections = N_Q · d · (H + 2G) · d_head + N_Q · H · d_head · d   # W_Q W_K W_V, W_O
-        ffn         = N_Q · m · d · d_ff
-
-    and once at the end the output head, ``N_Q · d · N_T``. The attention term counts
-    every (query, key) pair, masked or not, as a dense kernel computes them; elementwise
-    work (norms, RoPE, softmax, activations) is not counted.
-
-    Args:
-        n_q: ``N_Q``, rows fed through the model in this pass.
-        n_kv: ``N_KV``, keys each row is scored against (cached tokens plus new ones).
-        n_layers: ``N_L``.
-        d_model: ``d``.
-        n_heads: ``H``.
-        n_kv_heads: ``G``.
-        d_head: width of one head.
-        d_ff: hidden width of the feed-forward network.
-        vocab_size: ``N_T``, columns of the output head.
-        ffn: ``"swiglu"``, ``"gelu"`` or ``"relu"``.
-
-    Returns:
-        dict[str, int]: ``"attention"`` (all layers) and ``"other"`` (projections,
-        feed-forward networks and output head).
+    Attributes:
+        max_tokens: the most tokens the buffers hold.
 
     Example:
-        One new token against 99 cached ones in a 2-layer model of width 32:
+        >>> cache = StaticLatentCache(max_tokens=8)
+        >>> L, k_R = cache.update(torch.zeros(1, 3, 4), torch.zeros(1, 3, 2))
+        >>> cache.n_tokens, cache.nbytes, cache.allocated_nbytes   # 3 of 8 tokens held
+        (3, 72, 192)
 
-        >>> decode_step_macs(1, 100, n_layers=2, d_model=32, n_heads=4, n_kv_heads=4,
-        ...                  d_head=8, d_ff=128, vocab_size=64)
-        {'attention': 12800, 'other': 34816}
-
-    Lesson: 05_kv_cache.
+    Lesson: 07_mla.
     """
-    for name, value in (("n_q", n_q), ("n_kv", n_kv), ("n_layers", n_layers),
-                        ("d_model", d_model), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads),
-                        ("d_head", d_head), ("d_ff", d_ff), ("vocab_size", vocab_size)):
-        check_positive_int(name, value)
-    check_choice("ffn", ffn, list(FFN_MATRICES))
-    attention = 2 * n_heads * n_q * n_kv * d_head  # logits and weighted average
-    projections = n_q * d_model * (n_heads + 2 * n_kv_heads) * d_head  # W_Q, W_K, W_V
-    projections += n_q * n_heads * d_head * d_model  # W_O
-    feed_forward = n_q * FFN_MATRICES[ffn] * d_model * d_ff
-    head = n_q * d_model * vocab_size
-    return {"attention": n_layers * attention,
-            "other": n_layers * (projections + feed_forward) + head}
+
+    def __init__(self, max_tokens: int) -> None:
+        self.max_tokens = check_positive_int("max_tokens", max_tokens)
+        self._L: torch.Tensor | None = None  # (..., max_tokens, d_L)
+        self._k_R: torch.Tensor | None = None  # (..., max_tokens, d_R)
+        self._n = 0
+
+    @property
+    def L(self) -> torch.Tensor | None:  # type: ignore[override]
+        """``(..., N, d_L)`` view of the held latents, or None before the first call."""
+        return None if self._L is None else self._L[..., : self._n, :]
+
+    @property
+    def k_R(self) -> torch.Tensor | None:  # type: ignore[override]
+        """``(..., N, d_R)`` view of the held rotated keys, or None."""
+        return None if self._k_R is None else self._k_R[..., : self._n, :]
+
+    @property
+    def n_tokens(self) -> int:
+        """Number of tokens held (0 for an empty cache)."""
+        return self._n
+
+    @property
+    def allocated_nbytes(self) -> int:
+        """Bytes of the buffers, ``max_tokens`` rows each (0 before the first call)."""
+        return _nbytes(self._L, self._k_R)
+
+    def update(
+        self, L: torch.Tensor, k_R: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Write new latents (and rotated keys) after the held ones, in place.
+
+        Args:
+            L: ``(..., N_new, d_L)`` latents of the new tokens.
+            k_R: ``(..., N_new, d_R)`` their rotated keys, or None without decoupled RoPE.
+
+        Returns:
+            ``(L_all, k_R_all)``: views of the buffers with ``N_all = n_tokens`` rows.
+        """
+        self._check_next(_rows("L", L), None if k_R is None else _rows("k_R", k_R))
+        return self._append(L, k_R)
+
+    def _check_next(self, L: Rows, k_R: Rows | None) -> None:
+        """New latents (and rotated keys) fit the buffers and the room left in them."""
+        _check_room("L", self._n, L.shape[-2], self.max_tokens)
+        _check_latent(self, L, k_R)
+
+    def _append(
+        self, L: torch.Tensor, k_R: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self._L is None:
+            self._L = _buffer(L, self.max_tokens)
+            self._k_R = None if k_R is None else _buffer(k_R, self.max_tokens)
+        n, n_new = self._n, L.shape[-2]
+        self._L[..., n : n + n_new, :] = L  # written once, never moved
+        if k_R is not None:
+            self._k_R[..., n : n + n_new, :] = k_R
+        self._n = n + n_new
+        return self.L, self.k_R
+
+    def reset(self) -> None:
+        """Forget every token; keep the buffers for the next sequence."""
+        self._n = 0
+
+    def __repr__(self) -> str:
+        return (f"StaticLatentCache(n_tokens={self._n}, max_tokens={self.max_tokens}, "
+                f"nbytes={self.nbytes}, allocated_nbytes={self.allocated_nbytes})")
 
 
-def generation_macs(
-    n_prompt: int, n_new: int, *, use_cache: bool, **shape: int | str
-) -> list[dict[str, int]]:
-    """:func:`decode_step_macs` of every pass of a greedy generation of ``n_new`` tokens.
+def _check_room(name: str, held: int, n_new: int, max_tokens: int) -> None:
+    if held + n_new > max_tokens:
+        raise ValueError(
+            f"{name} must fit in max_tokens={max_tokens}: the cache holds {held} tokens and "
+            f"got {n_new} more"
+        )
 
-    The schedule is :meth:`attnlib.TinyDecoder.generate`'s: pass ``t`` (``t = 0 ..
-    n_new - 1``) produces token ``n_prompt + t``. Without a cache it feeds the whole
-    sequence so far, ``N_Q = N_KV = n_prompt + t``; with a cache, pass 0 feeds the prompt
-    (the prefill, ``N_Q = N_KV = n_prompt``) and pass ``t >= 1`` feeds one token against
-    ``N_KV = n_prompt + t`` keys.
 
-    Args:
-        n_prompt: tokens in the prompt (>= 1).
-        n_new: tokens generated (>= 0).
-        use_cache: whether the passes reuse cached keys and values.
-        **shape: the keyword arguments of :func:`decode_step_macs` but ``n_q`` and
-            ``n_kv``.
+def _check_latent(cache: LatentCache, L: Rows, k_R: Rows | None) -> None:
+    """``L`` and ``k_R`` fit each other and what ``cache`` holds."""
+    _check_fits("L", cache.L, L)
+    if cache.n_tokens > 0 and (k_R is None) != (cache.k_R is None):
+        raise ValueError(
+            "k_R must be given on every call or on none (decoupled RoPE is on or off); "
+            f"the cache holds k_R: {cache.k_R is not None}, got k_R: {k_R is not None}"
+        )
+    if k_R is not None:
+        _check_fits("k_R", cache.k_R, k_R)
+        if k_R.shape[:-1] != L.shape[:-1]:
+            raise ValueError(
+                "k_R must have one row per row of L (same leading shape); "
+                f"got L {tuple(L.shape)} and k_R {tuple(k_R.shape)}"
+            )
 
-    Returns:
-        list[dict[str, int]]: one count per pass, in order.
-
-    Example:
-        >>> shape = dict(n_layers=1, d_model=8, n_heads=1, n_kv_heads=1, d_head=8,
-        ...              d_ff=8, vocab_size=8)
-        >>> [s["attention"] for s in generation_macs(2, 3, use_cache=False, **shape)]
-        [64, 144, 256]
-        >>> [s["attention"] for s in generation_macs(2, 3, use_cache=True, **shape)]
-        [64, 48, 64]
-
-    Lesson: 05_kv_cache.
-    """
-    check_positive_int("n_prompt", n_prompt)
-    check_nonnegative_int("n_new", n_new)
-    check_bool("use_cache", use_cache)
-    steps = []
-    for t in range(n_new):
-        n_kv = n_prompt + t
-        n_q = 1 if (use_cache and t > 0) else n_kv  # a cache feeds only the newest token
-        steps.append(decode_step_macs(n_q, n_kv, **shape))
-    return steps

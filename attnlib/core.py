@@ -23,11 +23,13 @@ import torch
 import torch.nn.functional as F
 
 from attnlib._checks import (
-    check_attention_inputs,
+    check_attention_options,
+    check_kernel,
     check_kernel_output,
+    check_qkv,
     check_tensor,
-    entry_point,
 )
+from attnlib.device import work_dtype
 from attnlib.masks import causal_mask
 
 __all__ = ["KERNELS", "attention", "attention_weights", "row_normalise", "similarity"]
@@ -51,7 +53,6 @@ Lesson: 01_attention_as_lookup.
 """
 
 
-@entry_point
 def attention(
     Q: torch.Tensor,
     K: torch.Tensor,
@@ -97,14 +98,34 @@ def attention(
 
     Lesson: 01_attention_as_lookup (kernels), 02_softmax_attention (softmax).
     """
-    check_attention_inputs(
-        Q, K, V, kernel=kernel, kernels=KERNELS, mask=mask, causal=causal, scale=scale, impl=impl
-    )
+    _check_attention(Q, K, V, kernel, mask, causal, scale, impl)
+    return _attention(Q, K, V, kernel=kernel, mask=mask, causal=causal, scale=scale, impl=impl)
+
+
+def _attention(
+    Q: torch.Tensor,
+    K: torch.Tensor,
+    V: torch.Tensor,
+    *,
+    kernel: Kernel = "softmax",
+    mask: torch.Tensor | None = None,
+    causal: bool = False,
+    scale: float | None = None,
+    impl: str = "auto",
+    enable_gqa: bool = False,
+) -> torch.Tensor:
+    """:func:`attention` without its input check (``attention.unchecked``).
+
+    ``enable_gqa=True`` (fused path only) lets ``K`` and ``V`` have ``G`` heads in
+    dimension -3 where ``Q`` has ``H``, a multiple of ``G``: query head ``h`` reads KV head
+    ``h // (H // G)``, as in :func:`attnlib.gqa.grouped_query_attention`.
+    """
     scale = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else scale
     if impl == "auto" and kernel == "softmax":
-        return _sdpa(Q, K, V, mask, causal, scale)  # fused kernel, same Y
+        return _sdpa(Q, K, V, mask, causal, scale, enable_gqa)  # fused kernel, same Y
     dtype = Q.dtype
-    Q, K, V = (_float32_if_half(T) for T in (Q, K, V))  # half precision: work in float32
+    work = work_dtype(dtype)  # half precision: work in float32
+    Q, K, V = (T.to(work) for T in (Q, K, V))
     S = scale * Q @ K.mT  # (..., N_Q, N_KV) logits
     A = _kernel_matrix(kernel, S, _allowed(mask, causal, Q, K))  # (..., N_Q, N_KV), 0 if masked
     Z = A.sum(dim=-1, keepdim=True)  # (..., N_Q, 1) the diagonal of Z
@@ -112,7 +133,9 @@ def attention(
     return Y.to(dtype)
 
 
-@entry_point
+attention.unchecked = _attention
+
+
 def attention_weights(
     Q: torch.Tensor,
     K: torch.Tensor,
@@ -147,17 +170,15 @@ def attention_weights(
 
     Lesson: 02_softmax_attention.
     """
-    check_attention_inputs(
-        Q, K, kernel=kernel, kernels=KERNELS, mask=mask, causal=causal, scale=scale
-    )
+    _check_attention(Q, K, None, kernel, mask, causal, scale)
     scale = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else scale
-    S = scale * _float32_if_half(Q) @ _float32_if_half(K).mT  # (..., N_Q, N_KV) logits
+    work = work_dtype(Q.dtype)  # half precision: work in float32
+    S = scale * Q.to(work) @ K.to(work).mT  # (..., N_Q, N_KV) logits
     A = _kernel_matrix(kernel, S, _allowed(mask, causal, Q, K))  # (..., N_Q, N_KV)
     Z = A.sum(dim=-1, keepdim=True)  # (..., N_Q, 1)
     return (A / torch.where(Z > 0, Z, 1.0)).to(Q.dtype)  # P = Z^-1 A
 
 
-@entry_point
 def similarity(
     Q: torch.Tensor,
     K: torch.Tensor,
@@ -190,9 +211,7 @@ def similarity(
 
     Lesson: 01_attention_as_lookup.
     """
-    check_attention_inputs(
-        Q, K, kernel=kernel, kernels=KERNELS, mask=mask, causal=causal, scale=scale
-    )
+    _check_attention(Q, K, None, kernel, mask, causal, scale)
     scale = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else scale
     S = scale * Q @ K.mT  # (..., N_Q, N_KV) logits
     A = _kernel(kernel)(S)  # A = f(S)
@@ -201,7 +220,6 @@ def similarity(
     return A if allowed is None else A.masked_fill(~allowed, 0.0)  # 1[j in S_i] f(s_ij)
 
 
-@entry_point
 def row_normalise(A: torch.Tensor) -> torch.Tensor:
     """``P = Z^-1 A`` with ``Z = diag(A 1)``: divide each row by its sum.
 
@@ -229,11 +247,6 @@ def row_normalise(A: torch.Tensor) -> torch.Tensor:
 # --- helpers of the explicit path --------------------------------------------------------
 
 
-def _float32_if_half(T: torch.Tensor) -> torch.Tensor:
-    """Half-precision tensors are computed in float32 (sums of many exponentials need it)."""
-    return T.float() if T.dtype in (torch.float16, torch.bfloat16) else T
-
-
 def _kernel(kernel: Kernel) -> Callable[[torch.Tensor], torch.Tensor]:
     return KERNELS[kernel] if isinstance(kernel, str) else kernel
 
@@ -244,7 +257,7 @@ def _allowed(
     """``mask & causal_mask(N_Q, N_KV)``: one bool "may attend" tensor, or None for all keys."""
     if not causal:
         return mask
-    causal_part = causal_mask(Q.shape[-2], K.shape[-2], device=Q.device)
+    causal_part = causal_mask.unchecked(Q.shape[-2], K.shape[-2], Q.device)
     return causal_part if mask is None else mask & causal_part
 
 
@@ -272,6 +285,7 @@ def _sdpa(
     mask: torch.Tensor | None,
     causal: bool,
     scale: float,
+    enable_gqa: bool = False,
 ) -> torch.Tensor:
     """PyTorch's fused softmax attention, with attnlib's causal alignment and zero rows.
 
@@ -281,13 +295,26 @@ def _sdpa(
     key (older PyTorch releases return NaN there) are opened up for the call and zeroed after it.
     """
     n_q, n_kv = Q.shape[-2], K.shape[-2]
+    kw = {"scale": scale, "enable_gqa": True} if enable_gqa else {"scale": scale}
     if mask is None and (not causal or n_q == 1):
-        return F.scaled_dot_product_attention(Q, K, V, scale=scale)
+        return F.scaled_dot_product_attention(Q, K, V, **kw)
     if mask is None and n_q == n_kv:
-        return F.scaled_dot_product_attention(Q, K, V, is_causal=True, scale=scale)
+        return F.scaled_dot_product_attention(Q, K, V, is_causal=True, **kw)
     allowed = _allowed(mask, causal, Q, K)
     if mask is None and n_q < n_kv:  # bottom-right causal: every query sees a key
-        return F.scaled_dot_product_attention(Q, K, V, attn_mask=allowed, scale=scale)
+        return F.scaled_dot_product_attention(Q, K, V, attn_mask=allowed, **kw)
     has_key = allowed.any(dim=-1, keepdim=True)  # (..., N_Q, 1)
-    Y = F.scaled_dot_product_attention(Q, K, V, attn_mask=allowed | ~has_key, scale=scale)
+    Y = F.scaled_dot_product_attention(Q, K, V, attn_mask=allowed | ~has_key, **kw)
     return Y.masked_fill(~has_key, 0.0)
+
+
+IMPLS = ("auto", "explicit")
+"""The two implementations of :func:`attention`: the fused kernel, or ``Z^-1 A V`` literally."""
+
+
+def _check_attention(Q, K, V, kernel, mask, causal, scale, impl="auto") -> None:
+    """The arguments of :func:`attention` (``V=None``: of :func:`attention_weights`)."""
+    batch = check_qkv(Q, K, V)
+    check_kernel(kernel, KERNELS)
+    logits = (*batch, Q.shape[-2], K.shape[-2])
+    check_attention_options(mask, causal, scale, impl, logits=logits, device=Q.device)

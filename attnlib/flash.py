@@ -17,12 +17,13 @@ import math
 
 import torch
 
-from attnlib._checks import check_attention_inputs, check_positive_int, entry_point, nested_call
+from attnlib._checks import check_bool, check_optional_positive_float, check_positive_int, check_qkv
+from attnlib.device import work_dtype
+from attnlib.masks import query_positions
 
 __all__ = ["tiled_attention"]
 
 
-@entry_point
 def tiled_attention(
     Q: torch.Tensor,
     K: torch.Tensor,
@@ -57,18 +58,16 @@ def tiled_attention(
 
     Lesson: 09_frontier.
     """
-    if not nested_call():
-        check_attention_inputs(Q, K, V, causal=causal, scale=scale)
-        check_positive_int("block_size", block_size)
+    _check_tiled(Q, K, V, block_size, causal, scale)
     s = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else scale
     n_q, n_kv = Q.shape[-2], K.shape[-2]
-    work = torch.float32 if Q.dtype in (torch.float16, torch.bfloat16) else Q.dtype
+    work = work_dtype(Q.dtype)  # half precision: work in float32
     Qw = Q.to(work) * s
     batch = torch.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2])
     m = torch.full((*batch, n_q, 1), -math.inf, dtype=work, device=Q.device)  # running max
     l = torch.zeros((*batch, n_q, 1), dtype=work, device=Q.device)  # running normaliser
     acc = torch.zeros((*batch, n_q, V.shape[-1]), dtype=work, device=Q.device)
-    pos_q = torch.arange(n_kv - n_q, n_kv, device=Q.device)[:, None]  # bottom-right aligned
+    pos_q = query_positions.unchecked(n_q, n_kv, Q.device)[:, None]  # bottom-right aligned
     for start in range(0, n_kv, block_size):
         stop = min(start + block_size, n_kv)
         S = Qw @ K[..., start:stop, :].to(work).transpose(-2, -1)  # (..., N_Q, block)
@@ -85,3 +84,11 @@ def tiled_attention(
         m = m_new
     Y = acc / torch.where(l > 0, l, torch.ones_like(l))
     return Y.to(Q.dtype)
+
+
+def _check_tiled(Q, K, V, block_size, causal, scale) -> None:
+    check_qkv(Q, K, V)
+    check_positive_int("block_size", block_size)
+    check_bool("causal", causal)
+    check_optional_positive_float("scale", scale)
+

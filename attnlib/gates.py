@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import torch
 
-from attnlib._checks import check_matrix, check_tensor, entry_point
+from attnlib._checks import check_matrix, check_tensor
 from attnlib.heads import split_heads
 
 __all__ = ["output_gate"]
 
 
-@entry_point
 def output_gate(Y: torch.Tensor, X: torch.Tensor, W_theta: torch.Tensor) -> torch.Tensor:
     """``Y' = Y * sigmoid(X W_theta)``: the head-specific, elementwise output gate.
 
@@ -48,6 +47,14 @@ def output_gate(Y: torch.Tensor, X: torch.Tensor, W_theta: torch.Tensor) -> torc
 
     Lesson: 09_frontier.
     """
+    _check_gate(Y, X, W_theta)
+    G = torch.sigmoid(X @ W_theta)  # (..., N, H d_head) or (..., N, d_V)
+    if Y.dim() > X.dim():  # every head: column block h gates head h
+        G = split_heads.unchecked(G, Y.shape[-3])  # (..., H, N, d_head)
+    return Y * G
+
+
+def _check_gate(Y: object, X: object, W_theta: object) -> None:
     check_tensor("Y", Y, min_dim=2)
     check_tensor("X", X, min_dim=2)
     check_matrix("W_theta", W_theta, rows=X.shape[-1])
@@ -63,7 +70,3 @@ def output_gate(Y: torch.Tensor, X: torch.Tensor, W_theta: torch.Tensor) -> torc
             f"W_theta must have shape {layout} = ({X.shape[-1]}, {width}) and Y the N = "
             f"{X.shape[-2]} rows of X; got W_theta {tuple(W_theta.shape)}, Y {tuple(Y.shape)}"
         )
-    G = torch.sigmoid(X @ W_theta)  # (..., N, H d_head) or (..., N, d_V)
-    if heads:
-        G = split_heads(G, Y.shape[-3])  # (..., H, N, d_head)
-    return Y * G

@@ -14,9 +14,9 @@ Only ``K`` and ``V`` are cached, so the cache holds ``2 * G * d_head`` numbers p
 and layer instead of ``2 * H * d_head``: sharing the keys and values is what saves memory.
 Queries are never shared.
 
-Two conversions: :func:`gqa_from_mha` mean-pools the KV heads of a group, the
-initialisation of Ainslie et al. (2023) for turning an MHA checkpoint into GQA, and
-:func:`from_hf_llama_attention` loads the weights of a Hugging Face ``LlamaAttention``.
+:func:`gqa_from_mha` mean-pools the KV heads of a group, the initialisation of Ainslie et
+al. (2023) for turning an MHA checkpoint into GQA; :func:`attnlib.convert.from_hf_llama_attention`
+loads the weights of a Hugging Face ``LlamaAttention``.
 """
 
 from __future__ import annotations
@@ -25,33 +25,49 @@ import torch
 from torch import nn
 
 from attnlib._checks import (
-    check_attention_inputs,
+    check_attention_call,
+    check_attention_options,
     check_bool,
+    check_cache,
+    check_choice,
     check_divisible,
-    check_module_inputs,
+    check_input,
     check_positive_float,
     check_positive_int,
+    check_qkv,
     check_tensor,
-    entry_point,
-    nested_call,
 )
 from attnlib._params import init_weight
-from attnlib.cache import KVCache
-from attnlib.core import attention
+from attnlib.cache import KVCache, Rows, StaticKVCache
+from attnlib.core import IMPLS, attention
+from attnlib.device import work_dtype
 from attnlib.heads import head_mask, merge_heads, repeat_kv, split_heads
-from attnlib.rope import rope_cos_sin, rope_positions, rope_rotate
+from attnlib.rope import (
+    RopeScaling,
+    check_rope_scaling,
+    rope_cos_sin,
+    rope_positions,
+    rope_rotate,
+    rope_tables,
+)
+from attnlib.variants import register_attention
+
+# PyTorch 2.5 added enable_gqa to scaled_dot_product_attention: G key/value heads for H
+# query heads, read without copying them to H heads.
+_SDPA_GQA = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)
+# A decoding step reads a group's queries as rows against its KV head, at most this many per
+# head: PyTorch's CPU kernel spreads so few rows across its threads by the keys.
+_ROWS = 16
 
 __all__ = [
     "GroupedQueryAttention",
     "MultiHeadAttention",
     "MultiQueryAttention",
-    "from_hf_llama_attention",
     "gqa_from_mha",
     "grouped_query_attention",
 ]
 
 
-@entry_point
 def grouped_query_attention(
     Q: torch.Tensor,
     K: torch.Tensor,
@@ -85,12 +101,45 @@ def grouped_query_attention(
 
     Lesson: 06_gqa.
     """
-    _check_grouped_inputs(Q, K, V, mask, causal, scale, impl)
-    H = Q.shape[-3]
-    # Expanding K and V to H heads is the clearest statement of the group map; the
-    # saving GQA buys is in what the cache holds (G heads), not in this arithmetic.
-    K, V = repeat_kv(K, H), repeat_kv(V, H)  # (..., H, N_KV, d): head h reads group h // s
-    return attention(Q, K, V, mask=mask, causal=causal, scale=scale, impl=impl)
+    _check_grouped(Q, K, V, mask, causal, scale, impl)
+    return _grouped_query_attention(Q, K, V, mask=mask, causal=causal, scale=scale, impl=impl)
+
+
+def _grouped_query_attention(
+    Q: torch.Tensor,
+    K: torch.Tensor,
+    V: torch.Tensor,
+    *,
+    mask: torch.Tensor | None = None,
+    causal: bool = False,
+    scale: float | None = None,
+    impl: str = "auto",
+) -> torch.Tensor:
+    """:func:`grouped_query_attention` without its input check; ``K`` and ``V`` are never copied
+    to ``H`` heads on the fused path (the explicit one repeats them, the formula literally)."""
+    H, G = Q.shape[-3], K.shape[-3]
+    kw = {"scale": scale, "impl": impl}
+    if G == H:
+        return attention.unchecked(Q, K, V, mask=mask, causal=causal, **kw)
+    s = H // G
+    if Q.shape[-2] == 1 and (G == 1 or s <= _ROWS):  # decoding: queries become rows
+        # Group g's s queries are s rows against K_g, in c blocks of at most _ROWS rows
+        # (with one KV head, c views of it: nothing is copied).
+        c = 1 if s <= _ROWS else next(c for c in range(2, s + 1) if s % c == 0 and s // c <= _ROWS)
+        Q_g = Q.unflatten(-3, (G * c, s // c)).flatten(-3, -2)  # (..., G c, s / c, d)
+        if mask is not None and mask.dim() >= 3 and mask.shape[-3] == H:
+            mask = mask.unflatten(-3, (G * c, s // c)).flatten(-3, -2)  # the same rows
+        if c > 1:  # G = 1 here
+            K, V = (T.expand(*T.shape[:-3], c, *T.shape[-2:]) for T in (K, V))
+        Y = attention.unchecked(Q_g, K, V, mask=mask, **kw)  # a last query sees every key
+        return Y.flatten(-3, -2).unsqueeze(-2)  # (..., H, 1, d_v)
+    if impl == "auto" and _SDPA_GQA:
+        return attention.unchecked(Q, K, V, mask=mask, causal=causal, enable_gqa=True, **kw)
+    K, V = repeat_kv.unchecked(K, H), repeat_kv.unchecked(V, H)  # (..., H, N_KV, d): h reads g
+    return attention.unchecked(Q, K, V, mask=mask, causal=causal, **kw)
+
+
+grouped_query_attention.unchecked = _grouped_query_attention
 
 
 class GroupedQueryAttention(nn.Module):
@@ -107,6 +156,9 @@ class GroupedQueryAttention(nn.Module):
         d_out: output width; ``None`` means ``d_in``.
         rope_base: RoPE base for self-attention; ``None`` means no RoPE.
         rope_interleaved: RoPE pairing, see :mod:`attnlib.rope`.
+        rope_scaling: a frequency scaling of long-context checkpoints
+            (:class:`attnlib.rope.Llama3Scaling`, :class:`attnlib.rope.YarnScaling`), or
+            None; needs ``rope_base``.
         device: where the parameters live.
         dtype: their dtype.
 
@@ -128,14 +180,17 @@ class GroupedQueryAttention(nn.Module):
         *,
         rope_base: float | None = None,
         rope_interleaved: bool = False,
+        rope_scaling: RopeScaling | None = None,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        _check_config(d_in, n_heads, n_kv_heads, d_head, d_out, rope_base, rope_interleaved)
+        _check_config(d_in, n_heads, n_kv_heads, d_head, d_out, rope_base, rope_interleaved,
+                      rope_scaling)
         self.d_in, self.n_heads, self.n_kv_heads, self.d_head = d_in, n_heads, n_kv_heads, d_head
         self.d_out = d_in if d_out is None else d_out
         self.rope_base, self.rope_interleaved = rope_base, rope_interleaved
+        self.rope_scaling = rope_scaling
         kw = {"device": device, "dtype": dtype}
         self.W_Q = init_weight(d_in, n_heads * d_head, **kw)
         self.W_K = init_weight(d_in, n_kv_heads * d_head, **kw)
@@ -147,7 +202,6 @@ class GroupedQueryAttention(nn.Module):
         """``s = H // G``: how many query heads read each KV head."""
         return self.n_heads // self.n_kv_heads
 
-    @entry_point
     def forward(
         self,
         X: torch.Tensor,
@@ -177,37 +231,109 @@ class GroupedQueryAttention(nn.Module):
         Returns:
             ``(..., N_Q, d_out)``.
         """
-        check_module_inputs(
-            X, d_in=self.d_in, like=self.W_Q, X_KV=X_KV, causal=causal, mask=mask,
-            positions=positions, cache=cache, cache_type=KVCache, impl=impl,
-        )
+        self._check(X, X_KV, causal=causal, mask=mask, positions=positions, cache=cache,
+                    impl=impl)
+        return self._forward(X, X_KV, causal=causal, mask=mask, positions=positions,
+                             cache=cache, impl=impl)
+
+    def _forward(
+        self,
+        X: torch.Tensor,
+        X_KV: torch.Tensor | None = None,
+        *,
+        causal: bool = False,
+        mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        impl: str = "auto",
+        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """:meth:`forward` without its input check: what a block runs (``rope``: the new
+        tokens' rotation tables, when a decoder made them once for all its layers)."""
         source = X if X_KV is None else X_KV  # the tokens that answer
-        Q = split_heads(X @ self.W_Q, self.n_heads)  # (..., H, N_Q, d_head)
-        K = split_heads(source @ self.W_K, self.n_kv_heads)  # (..., G, N_KV, d_head)
-        V = split_heads(source @ self.W_V, self.n_kv_heads)  # (..., G, N_KV, d_head)
+        Q = split_heads.unchecked(X @ self.W_Q, self.n_heads)  # (..., H, N_Q, d_head)
+        K = split_heads.unchecked(source @ self.W_K, self.n_kv_heads)  # (..., G, N_KV, d_head)
+        V = split_heads.unchecked(source @ self.W_V, self.n_kv_heads)  # (..., G, N_KV, d_head)
         if self.rope_base is not None and X_KV is None:  # RoPE: self-attention only
-            Q, K = self._rope(Q, K, positions, start=0 if cache is None else cache.n_tokens)
+            if rope is None:
+                start = 0 if cache is None else cache.n_tokens
+                rope = self._rope_tables(positions, X.shape[-2], start, X.dtype, X.device)
+            Q, K = self._rope(Q, K, *rope)
         if cache is not None:
-            K, V = cache.update(K, V)  # every token so far, keys already rotated
-        Y = grouped_query_attention(Q, K, V, mask=head_mask(mask), causal=causal, impl=impl)
-        return merge_heads(Y) @ self.W_O  # (..., N_Q, H d_head) @ (H d_head, d_out)
+            K, V = cache._append(K, V)  # every token so far, keys already rotated
+        Y = _grouped_query_attention(Q, K, V, mask=head_mask.unchecked(mask), causal=causal,
+                                     impl=impl)  # (..., H, N_Q, d_head)
+        return merge_heads.unchecked(Y) @ self.W_O  # (..., N_Q, H d_head) @ (H d_head, d_out)
+
+    def new_cache(self, max_tokens: int | None = None) -> KVCache:
+        """An empty cache for this layer: a :class:`KVCache`, or with ``max_tokens`` a
+        :class:`~attnlib.cache.StaticKVCache` that holds that many tokens without copying."""
+        return KVCache() if max_tokens is None else StaticKVCache(max_tokens)
+
+    def _check(self, X, X_KV=None, *, causal=False, mask=None, positions=None, cache=None,
+               impl="auto") -> None:
+        """The arguments of :meth:`forward`; a block checks its own with it."""
+        check_input("X", X, self.d_in, self.W_Q, "d_in of this module")
+        if X_KV is not None:
+            check_input("X_KV", X_KV, self.d_in, self.W_Q, "d_in of this module")
+            if cache is not None:
+                raise ValueError("cache must be None for cross-attention (X_KV given)")
+        if cache is not None:
+            self._check_cache(cache, X.shape[:-2], X.shape[-2])
+        check_choice("impl", impl, IMPLS)
+        n_kv = (X if X_KV is None else X_KV).shape[-2] + (0 if cache is None else cache.n_tokens)
+        check_attention_call(X, causal=causal, mask=mask, positions=positions, n_kv=n_kv)
+
+    def _check_cache(self, cache: object, batch: tuple[int, ...], n: int) -> None:
+        """``cache`` is a :class:`KVCache` that takes the keys and values of ``n`` new tokens."""
+        check_cache(cache, KVCache)
+        new = Rows((*batch, self.n_kv_heads, n, self.d_head), self.W_K.dtype, self.W_K.device)
+        cache._check_next(new, new)
+
+    def _rope_tables(
+        self, positions: torch.Tensor | None, n: int, start: int, dtype: torch.dtype,
+        device: torch.device,
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``cos`` and ``sin`` of ``n`` new tokens' angles (None without RoPE)."""
+        if self.rope_base is None:
+            return None
+        pos = rope_positions(positions, n, start=start, device=device)
+        cos, sin = rope_cos_sin.unchecked(pos, self.d_head, base=self.rope_base,
+                                          scaling=self.rope_scaling, dtype=work_dtype(dtype))
+        return rope_tables(cos, sin, interleaved=self.rope_interleaved)  # full width
 
     def _rope(
-        self, Q: torch.Tensor, K: torch.Tensor, positions: torch.Tensor | None, start: int
+        self, Q: torch.Tensor, K: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotate the queries and keys of the new tokens with one set of angles."""
-        pos = rope_positions(positions, Q.shape[-2], start=start, device=Q.device)
-        work = torch.float32 if Q.dtype in (torch.float16, torch.bfloat16) else Q.dtype
-        cos, sin = rope_cos_sin(pos, self.d_head, base=self.rope_base, dtype=work)
         rotate = {"interleaved": self.rope_interleaved}
         return rope_rotate(Q, cos, sin, **rotate), rope_rotate(K, cos, sin, **rotate)
 
     def extra_repr(self) -> str:
         rope = "" if self.rope_base is None else f", rope_base={self.rope_base:g}"
+        if self.rope_scaling is not None:
+            rope += f", rope_scaling={self.rope_scaling}"
         return (
             f"d_in={self.d_in}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
             f"d_head={self.d_head}, d_out={self.d_out}{rope}"
         )
+
+
+@register_attention("gqa")
+def _gqa_sublayer(
+    d_model: int,
+    n_heads: int,
+    d_head: int,
+    *,
+    n_kv_heads: int | None = None,
+    rope_base: float | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+) -> GroupedQueryAttention:
+    """A block's ``attention="gqa"``: ``G = n_kv_heads`` (``None`` means ``H``, MHA)."""
+    G = n_heads if n_kv_heads is None else n_kv_heads
+    return GroupedQueryAttention(d_model, n_heads, G, d_head, rope_base=rope_base, device=device,
+                                 dtype=dtype)
 
 
 class MultiHeadAttention(GroupedQueryAttention):
@@ -285,7 +411,8 @@ def gqa_from_mha(attn: GroupedQueryAttention, n_kv_heads: int) -> GroupedQueryAt
     W_ref = attn.W_Q
     out = GroupedQueryAttention(
         d_in, attn.n_heads, G, d_head, attn.d_out, rope_base=attn.rope_base,
-        rope_interleaved=attn.rope_interleaved, device=W_ref.device, dtype=W_ref.dtype,
+        rope_interleaved=attn.rope_interleaved, rope_scaling=attn.rope_scaling,
+        device=W_ref.device, dtype=W_ref.dtype,
     )
     with torch.no_grad():
         out.W_Q.copy_(attn.W_Q)  # queries are never shared: every head keeps its own
@@ -296,73 +423,7 @@ def gqa_from_mha(attn: GroupedQueryAttention, n_kv_heads: int) -> GroupedQueryAt
     return out
 
 
-def from_hf_llama_attention(hf_attention: nn.Module) -> GroupedQueryAttention:
-    """Load a Hugging Face ``LlamaAttention`` into a :class:`GroupedQueryAttention`.
-
-    ``nn.Linear`` stores the transpose of a right-multiplying weight, so
-    ``W_Q = q_proj.weight.T``, ``W_K = k_proj.weight.T``, ``W_V = v_proj.weight.T`` and
-    ``W_O = o_proj.weight.T``. The head counts, ``head_dim`` and the RoPE base come from
-    ``hf_attention.config`` (``num_attention_heads``, ``num_key_value_heads``,
-    ``rope_parameters["rope_theta"]`` or ``rope_theta``). Hugging Face's Llama rotates the
-    half-split pairs ``(i, i + d_head/2)``, attnlib's default. Nothing here imports
-    ``transformers``: any module with these attributes loads.
-
-    Args:
-        hf_attention: a ``transformers`` ``LlamaAttention`` (or a module laid out like
-            it: ``q_proj``, ``k_proj``, ``v_proj``, ``o_proj`` without biases, a
-            ``config`` and a ``head_dim``).
-
-    Returns:
-        A :class:`GroupedQueryAttention` with RoPE on the weights' device and dtype. Its
-        ``forward(X, causal=True)`` equals ``hf_attention`` run on positions
-        ``0 .. N - 1`` with a causal mask.
-
-    Example:
-        A stand-in with LlamaAttention's layout (the lesson uses the real module):
-
-        >>> from types import SimpleNamespace
-        >>> hf = nn.Module()
-        >>> hf.config = SimpleNamespace(num_attention_heads=4, num_key_value_heads=2,
-        ...                             rope_theta=10000.0)
-        >>> hf.head_dim = 2
-        >>> for name, width in (("q_proj", 8), ("k_proj", 4), ("v_proj", 4), ("o_proj", 8)):
-        ...     setattr(hf, name, nn.Linear(8, width, bias=False))
-        >>> attn = from_hf_llama_attention(hf)
-        >>> attn.n_kv_heads, attn.W_K.shape, torch.equal(attn.W_K, hf.k_proj.weight.T)
-        (2, torch.Size([8, 4]), True)
-
-    Lesson: 06_gqa.
-    """
-    config = getattr(hf_attention, "config", None)
-    projections = ("q_proj", "k_proj", "v_proj", "o_proj")
-    missing = [n for n in (*projections, "head_dim") if not hasattr(hf_attention, n)]
-    if config is None or missing:
-        raise TypeError(
-            "hf_attention must be laid out like transformers' LlamaAttention (config, "
-            f"head_dim, q_proj, k_proj, v_proj, o_proj); got {type(hf_attention).__name__} "
-            f"without {missing or ['config']}"
-        )
-    with_bias = [n for n in projections if getattr(hf_attention, n).bias is not None]
-    if with_bias:
-        raise ValueError(f"hf_attention must have no biases (attention_bias=False); "
-                         f"{with_bias} have one")
-    rope = getattr(config, "rope_parameters", None) or {}
-    base = rope.get("rope_theta", getattr(config, "rope_theta", None))
-    W_Q = hf_attention.q_proj.weight
-    attn = GroupedQueryAttention(
-        W_Q.shape[1], config.num_attention_heads, config.num_key_value_heads,
-        hf_attention.head_dim, hf_attention.o_proj.weight.shape[0], rope_base=base,
-        device=W_Q.device, dtype=W_Q.dtype,
-    )
-    with torch.no_grad():
-        for name, proj in zip(("W_Q", "W_K", "W_V", "W_O"), projections, strict=True):
-            getattr(attn, name).copy_(getattr(hf_attention, proj).weight.T)  # (in, out)
-    return attn
-
-
-def _check_grouped_inputs(Q, K, V, mask, causal, scale, impl) -> None:
-    if nested_call():
-        return
+def _check_grouped(Q, K, V, mask, causal, scale, impl) -> None:
     for name, T in (("Q", Q), ("K", K), ("V", V)):
         check_tensor(name, T, min_dim=3)
     if V.shape[-3] != K.shape[-3]:
@@ -373,11 +434,13 @@ def _check_grouped_inputs(Q, K, V, mask, causal, scale, impl) -> None:
     h, g = Q.shape[-3], check_positive_int("the number of KV heads K.shape[-3]", K.shape[-3])
     check_divisible("the number of query heads Q.shape[-3]", h, "the number of KV heads G", g)
     # One KV head stands in for the G: the check needs shapes, dtypes and devices only.
-    K_1, V_1 = K.narrow(-3, 0, 1), V.narrow(-3, 0, 1)  # (..., 1, N_KV, d), views
-    check_attention_inputs(Q, K_1, V_1, mask=mask, causal=causal, scale=scale, impl=impl)
+    batch = check_qkv(Q, K.narrow(-3, 0, 1), V.narrow(-3, 0, 1))  # (..., 1, N_KV, d): views
+    logits = (*batch, Q.shape[-2], K.shape[-2])
+    check_attention_options(mask, causal, scale, impl, logits=logits, device=Q.device)
 
 
-def _check_config(d_in, n_heads, n_kv_heads, d_head, d_out, rope_base, rope_interleaved) -> None:
+def _check_config(d_in, n_heads, n_kv_heads, d_head, d_out, rope_base, rope_interleaved,
+                  rope_scaling) -> None:
     for name, value in (("d_in", d_in), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads),
                         ("d_head", d_head)):
         check_positive_int(name, value)
@@ -391,3 +454,4 @@ def _check_config(d_in, n_heads, n_kv_heads, d_head, d_out, rope_base, rope_inte
             raise ValueError(
                 f"d_head must be even when rope_base is set (RoPE rotates pairs); got {d_head}"
             )
+    check_rope_scaling(rope_scaling, rope_base)

@@ -14,18 +14,11 @@ from __future__ import annotations
 
 import torch
 
-from attnlib._checks import (
-    check_divisible,
-    check_positive_int,
-    check_tensor,
-    entry_point,
-    nested_call,
-)
+from attnlib._checks import check_divisible, check_positive_int, check_tensor
 
 __all__ = ["head_mask", "kv_head_index", "merge_heads", "repeat_kv", "split_heads"]
 
 
-@entry_point
 def split_heads(X: torch.Tensor, n_heads: int) -> torch.Tensor:
     """Reshape ``(..., N, H * d_head)`` into ``(..., H, N, d_head)``.
 
@@ -46,11 +39,17 @@ def split_heads(X: torch.Tensor, n_heads: int) -> torch.Tensor:
     Lesson: 03_multi_head_attention.
     """
     _check_split(X, n_heads)
+    return _split_heads(X, n_heads)
+
+
+def _split_heads(X: torch.Tensor, n_heads: int) -> torch.Tensor:
     *batch, n, width = X.shape
     return X.reshape(*batch, n, n_heads, width // n_heads).transpose(-3, -2)  # (..., H, N, d)
 
 
-@entry_point
+split_heads.unchecked = _split_heads
+
+
 def merge_heads(Y: torch.Tensor) -> torch.Tensor:
     """Reshape ``(..., H, N, d_head)`` into ``(..., N, H * d_head)``: ``concat_col(Y_h)``.
 
@@ -64,10 +63,16 @@ def merge_heads(Y: torch.Tensor) -> torch.Tensor:
 
     Lesson: 03_multi_head_attention.
     """
-    if not nested_call():
-        check_tensor("Y", Y, min_dim=3, floating=False)
+    check_tensor("Y", Y, min_dim=3, floating=False)
+    return _merge_heads(Y)
+
+
+def _merge_heads(Y: torch.Tensor) -> torch.Tensor:
     *batch, h, n, d = Y.shape
     return Y.transpose(-3, -2).reshape(*batch, n, h * d)  # (..., N, H * d_head)
+
+
+merge_heads.unchecked = _merge_heads
 
 
 def kv_head_index(
@@ -92,10 +97,18 @@ def kv_head_index(
     check_positive_int("n_heads", n_heads)
     check_positive_int("n_kv_heads", n_kv_heads)
     check_divisible("n_heads", n_heads, "n_kv_heads", n_kv_heads)
-    return torch.arange(n_heads, device=device) // (n_heads // n_kv_heads)
+    return _kv_head_index(n_heads, n_kv_heads, device)
 
 
-@entry_point
+def _kv_head_index(
+    n_heads: int, n_kv_heads: int, device: torch.device | str | None = None
+) -> torch.Tensor:
+    return torch.arange(n_heads, device=device) // (n_heads // n_kv_heads)  # h -> h // s
+
+
+kv_head_index.unchecked = _kv_head_index
+
+
 def repeat_kv(KV: torch.Tensor, n_heads: int) -> torch.Tensor:
     """Give each query head its group's keys (or values): ``(..., G, N, d) -> (..., H, N, d)``.
 
@@ -112,15 +125,21 @@ def repeat_kv(KV: torch.Tensor, n_heads: int) -> torch.Tensor:
     Lesson: 06_gqa.
     """
     _check_repeat(KV, n_heads)
+    return _repeat_kv(KV, n_heads)
+
+
+def _repeat_kv(KV: torch.Tensor, n_heads: int) -> torch.Tensor:
     g = KV.shape[-3]
     if g == n_heads:
         return KV
     *batch, _, n, d = KV.shape
     s = n_heads // g
-    return KV.unsqueeze(-3).expand(*batch, g, s, n, d).reshape(*batch, n_heads, n, d)
+    return KV.unsqueeze(-3).expand(*batch, g, s, n, d).reshape(*batch, n_heads, n, d)  # a copy
 
 
-@entry_point
+repeat_kv.unchecked = _repeat_kv
+
+
 def head_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
     """One mask for every head: ``(..., N_Q, N_KV) -> (..., 1, N_Q, N_KV)``; None stays None.
 
@@ -133,22 +152,25 @@ def head_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
 
     Lesson: 04_masks_and_layers.
     """
-    if mask is not None and not nested_call():
+    if mask is not None:
         check_tensor("mask", mask, min_dim=2, floating=False)
+    return _head_mask(mask)
+
+
+def _head_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
     return None if mask is None else mask.unsqueeze(-3)
 
 
+head_mask.unchecked = _head_mask
+
+
 def _check_split(X: object, n_heads: object) -> None:
-    if nested_call():
-        return
     check_tensor("X", X, min_dim=2, floating=False)
     check_positive_int("n_heads", n_heads)
     check_divisible("X.shape[-1]", X.shape[-1], "n_heads", n_heads)
 
 
 def _check_repeat(KV: object, n_heads: object) -> None:
-    if nested_call():
-        return
     check_tensor("KV", KV, min_dim=3, floating=False)
     check_positive_int("n_heads", n_heads)
     check_divisible("n_heads", n_heads, "the number of KV heads KV.shape[-3]", KV.shape[-3])

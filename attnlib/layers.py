@@ -1,13 +1,18 @@
-"""Everything around attention in a transformer layer: norms, feed-forward, blocks, a decoder.
+"""Everything around attention in a transformer layer: feed-forward, blocks, a decoder.
 
-Read top to bottom, like a model file (the norms live in :mod:`attnlib.norms`): the
-feed-forward network, the block
-(one attention sublayer, an optional cross-attention sublayer and a feed-forward sublayer,
-each wrapped in a skip connection), and :class:`TinyDecoder`, a complete decoder-only
-language model small enough to run on a laptop. Math lives in plain functions
-(:func:`layer_norm`, :func:`rms_norm`, :func:`feed_forward`, :func:`swiglu`); the modules
-hold parameters and call them. Weights multiply from the right (``H = X @ W_1``), as in
-the rest of attnlib.
+Read top to bottom, like a model file: the feed-forward network, the block (one attention
+sublayer, an optional cross-attention sublayer and a feed-forward sublayer, each wrapped in
+a skip connection, with the norms of :mod:`attnlib.norms`), and :class:`TinyDecoder`, a
+complete decoder-only language model small enough to run on a laptop. Math lives in plain
+functions (:func:`feed_forward`, :func:`swiglu`); the modules hold parameters and call
+them. Weights multiply from the right (``H = X @ W_1``), as in the rest of attnlib.
+
+A block's attention sublayer comes from :mod:`attnlib.variants`, a registry by name
+(``"gqa"``, ``"mla"``, and any variant registered there). A module's ``forward`` checks its
+arguments once and runs ``_forward``; a block and a decoder run their sublayers'
+``_forward`` on what they made, so nothing is checked twice. (A forward hook registered on
+a sublayer therefore fires when that sublayer is called itself, not inside its block:
+register it on the block or the decoder.)
 
 Where the norm goes is the one design choice a block makes, and three placements are in use:
 
@@ -20,30 +25,29 @@ Where the norm goes is the one design choice a block makes, and three placements
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Sequence
+import inspect
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+import attnlib.mla  # noqa: F401  (registers attention="mla"; attnlib.gqa registers "gqa")
 from attnlib._checks import (
     check_bool,
     check_choice,
     check_divisible,
     check_last_dim,
-    check_module_inputs,
     check_nonnegative_int,
     check_positive_int,
     check_tensor,
-    entry_point,
-    nested_call,
 )
 from attnlib._params import init_weight
 from attnlib.cache import KVCache, LatentCache
+from attnlib.device import seeded
 from attnlib.gqa import GroupedQueryAttention
-from attnlib.mla import MultiHeadLatentAttention
 from attnlib.norms import LayerNorm, RMSNorm
+from attnlib.variants import ATTENTION
 
 __all__ = [
     "FFN_KINDS",
@@ -65,8 +69,6 @@ NORM_KINDS = ("rms", "layer")
 FFN_KINDS = ("swiglu", "gelu", "relu")
 """The feed-forward networks of :class:`FeedForward`."""
 
-ATTENTION_KINDS = ("gqa", "mla")
-"""The attention sublayers of :class:`TransformerBlock`."""
 
 
 def _make_norm(kind: str, d: int, **kw) -> nn.Module:
@@ -83,7 +85,6 @@ _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
-@entry_point
 def feed_forward(
     x: torch.Tensor,
     W_1: torch.Tensor,
@@ -114,9 +115,12 @@ def feed_forward(
 
     Lesson: 04_masks_and_layers.
     """
-    if not nested_call():
-        check_tensor("x", x)
-        check_choice("activation", activation, list(_ACTIVATIONS))
+    check_tensor("x", x)
+    check_choice("activation", activation, list(_ACTIVATIONS))
+    return _feed_forward(x, W_1, W_2, activation=activation, b_1=b_1, b_2=b_2)
+
+
+def _feed_forward(x, W_1, W_2, *, activation="relu", b_1=None, b_2=None) -> torch.Tensor:
     f = _ACTIVATIONS[activation]
     H = x @ W_1  # (..., N, d_ff)
     if b_1 is not None:
@@ -125,7 +129,6 @@ def feed_forward(
     return y if b_2 is None else y + b_2
 
 
-@entry_point
 def swiglu(
     x: torch.Tensor,
     W_gate: torch.Tensor,
@@ -158,8 +161,11 @@ def swiglu(
 
     Lesson: 04_masks_and_layers.
     """
-    if not nested_call():
-        check_tensor("x", x)
+    check_tensor("x", x)
+    return _swiglu(x, W_gate, W_up, W_down, b_gate=b_gate, b_up=b_up, b_down=b_down)
+
+
+def _swiglu(x, W_gate, W_up, W_down, *, b_gate=None, b_up=None, b_down=None) -> torch.Tensor:
     gate = x @ W_gate  # (..., N, d_ff)
     up = x @ W_up  # (..., N, d_ff)
     if b_gate is not None:
@@ -222,17 +228,17 @@ class FeedForward(nn.Module):
             b = nn.Parameter(torch.zeros(width, **kw)) if bias else None
             self.register_parameter(name, b)
 
-    @entry_point
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(..., N, d) -> (..., N, d)``; see :func:`feed_forward` and :func:`swiglu`."""
-        if not nested_call():
-            check_last_dim("x", check_tensor("x", x), self.d, "d of this feed-forward network")
+        check_last_dim("x", check_tensor("x", x), self.d, "d of this feed-forward network")
+        return self._forward(x)
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kind == "swiglu":
-            return swiglu(
-                x, self.W_gate, self.W_up, self.W_down,
-                b_gate=self.b_gate, b_up=self.b_up, b_down=self.b_down,
-            )
-        return feed_forward(x, self.W_1, self.W_2, activation=self.kind, b_1=self.b_1, b_2=self.b_2)
+            return _swiglu(x, self.W_gate, self.W_up, self.W_down, b_gate=self.b_gate,
+                           b_up=self.b_up, b_down=self.b_down)
+        return _feed_forward(x, self.W_1, self.W_2, activation=self.kind, b_1=self.b_1,
+                             b_2=self.b_2)
 
     def extra_repr(self) -> str:
         return f"d={self.d}, d_ff={self.d_ff}, kind={self.kind!r}"
@@ -262,7 +268,8 @@ class TransformerBlock(nn.Module):
     output) when it was built with ``cross_attention=True``. A decoder-only model (GPT,
     Llama) is a stack of decoder layers without cross-attention.
 
-    Submodules: ``attn`` (:class:`~attnlib.gqa.GroupedQueryAttention` or
+    Submodules: ``attn`` (built by the variant ``attention`` names in
+    :data:`attnlib.variants.ATTENTION`: :class:`~attnlib.gqa.GroupedQueryAttention` or
     :class:`~attnlib.mla.MultiHeadLatentAttention`), ``cross_attn`` (a
     :class:`~attnlib.gqa.GroupedQueryAttention` without RoPE, with ``G`` KV heads for
     ``"gqa"`` and ``G = H`` for ``"mla"``; None without cross-attention), ``ffn``
@@ -278,7 +285,7 @@ class TransformerBlock(nn.Module):
         ffn: one of :data:`FFN_KINDS`.
         norm: placement, one of :data:`NORM_PLACEMENTS`.
         norm_kind: ``"rms"`` (:class:`RMSNorm`) or ``"layer"`` (:class:`LayerNorm`).
-        attention: ``"gqa"`` or ``"mla"``.
+        attention: ``"gqa"``, ``"mla"`` or another name in :data:`attnlib.variants.ATTENTION`.
         d_latent: MLA's KV latent width ``d_L`` (required for ``"mla"``).
         d_latent_q: MLA's query latent width ``d_LQ``; ``None`` means no query latent.
         d_rope: MLA's decoupled-RoPE width ``d_R``; 0 means no RoPE in MLA.
@@ -322,7 +329,7 @@ class TransformerBlock(nn.Module):
         check_positive_int("n_heads", n_heads)
         self.norm = check_choice("norm", norm, NORM_PLACEMENTS)
         self.norm_kind = check_choice("norm_kind", norm_kind, NORM_KINDS)
-        self.attention = check_choice("attention", attention, ATTENTION_KINDS)
+        self.attention = check_choice("attention", attention, list(ATTENTION))
         check_choice("ffn", ffn, FFN_KINDS)
         if not isinstance(cross_attention, bool):
             raise TypeError(f"cross_attention must be a bool; got {cross_attention!r}")
@@ -332,34 +339,16 @@ class TransformerBlock(nn.Module):
         d_ff = 4 * d_model if d_ff is None else check_positive_int("d_ff", d_ff)
         kw = {"device": device, "dtype": dtype}
 
-        if attention == "gqa":
-            for name, value, default in (("d_latent", d_latent, None),
-                                         ("d_latent_q", d_latent_q, None), ("d_rope", d_rope, 0)):
-                if value != default:
-                    raise ValueError(f"{name} applies to attention='mla' only; got {value!r}")
-            n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-            self.attn = GroupedQueryAttention(
-                d_model, n_heads, n_kv_heads, d_head, rope_base=rope_base, **kw
-            )
-        else:
-            if n_kv_heads is not None:
-                raise ValueError(
-                    "n_kv_heads applies to attention='gqa' only (MLA caches a latent, "
-                    f"not KV heads); got {n_kv_heads!r}"
-                )
-            if d_latent is None:
-                raise ValueError("d_latent must be set when attention='mla'; got None")
-            n_kv_heads = n_heads  # for the cross-attention sublayer below
-            self.attn = MultiHeadLatentAttention(
-                d_model, n_heads, d_head, d_latent, d_latent_q=d_latent_q, d_rope=d_rope,
-                rope_base=10000.0 if rope_base is None else rope_base, **kw,
-            )
+        options = {"n_kv_heads": n_kv_heads, "d_latent": d_latent, "d_latent_q": d_latent_q,
+                   "d_rope": d_rope, "rope_base": rope_base}
+        self.attn = _build_attention(attention, d_model, n_heads, d_head, options, kw)
         self.attn_norm = _make_norm(norm_kind, d_model, **kw)
         # Cross-attention: queries from the decoder, keys and values from `memory`. Its
-        # positions live in another sequence, so it gets no RoPE.
+        # positions live in another sequence, so it gets no RoPE. It keeps the sublayer's
+        # KV heads (G for "gqa"; H for a variant without KV heads, such as "mla").
+        G = getattr(self.attn, "n_kv_heads", n_heads)
         self.cross_attn = (
-            GroupedQueryAttention(d_model, n_heads, n_kv_heads, d_head, **kw)
-            if cross_attention else None
+            GroupedQueryAttention(d_model, n_heads, G, d_head, **kw) if cross_attention else None
         )
         self.cross_norm = _make_norm(norm_kind, d_model, **kw) if cross_attention else None
         self.ffn = FeedForward(d_model, d_ff, ffn, **kw)
@@ -369,7 +358,6 @@ class TransformerBlock(nn.Module):
             self.cross_out_norm = _make_norm(norm_kind, d_model, **kw) if cross_attention else None
             self.ffn_out_norm = _make_norm(norm_kind, d_model, **kw)
 
-    @entry_point
     def forward(
         self,
         x: torch.Tensor,
@@ -399,41 +387,56 @@ class TransformerBlock(nn.Module):
         Returns:
             ``(..., N, d_model)``.
         """
-        self._check_inputs(x, causal, mask, memory, memory_mask, positions, cache)
+        self._check(x, causal=causal, mask=mask, memory=memory, memory_mask=memory_mask,
+                    positions=positions, cache=cache)
+        return self._forward(x, causal=causal, mask=mask, memory=memory,
+                             memory_mask=memory_mask, positions=positions, cache=cache)
 
-        def attn(h: torch.Tensor) -> torch.Tensor:
-            return self.attn(h, causal=causal, mask=mask, positions=positions, cache=cache)
+    def _forward(
+        self,
+        x: torch.Tensor,
+        *,
+        causal: bool = False,
+        mask: torch.Tensor | None = None,
+        memory: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        cache: KVCache | LatentCache | None = None,
+        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """:meth:`forward` without its input check: each sublayer runs its own ``_forward``
+        (``rope``: rotation tables a decoder made once for all its layers)."""
+        shared = {} if rope is None else {"rope": rope}
 
-        def cross(h: torch.Tensor) -> torch.Tensor:
-            return self.cross_attn(h, memory, mask=memory_mask)
+        def A(h: torch.Tensor) -> torch.Tensor:  # self-attention
+            return self.attn._forward(h, causal=causal, mask=mask, positions=positions,
+                                      cache=cache, **shared)
 
+        def C(h: torch.Tensor) -> torch.Tensor:  # cross-attention over memory
+            return self.cross_attn._forward(h, memory, mask=memory_mask)
+
+        F, N1, N3 = self.ffn._forward, self.attn_norm._forward, self.ffn_norm._forward
         if self.norm == "pre":
-            x = x + attn(self.attn_norm(x))
+            x = x + A(N1(x))
             if self.cross_attn is not None:
-                x = x + cross(self.cross_norm(x))
-            x = x + self.ffn(self.ffn_norm(x))
+                x = x + C(self.cross_norm._forward(x))
+            x = x + F(N3(x))
         elif self.norm == "post":
-            x = self.attn_norm(x + attn(x))
+            x = N1(x + A(x))
             if self.cross_attn is not None:
-                x = self.cross_norm(x + cross(x))
-            x = self.ffn_norm(x + self.ffn(x))
+                x = self.cross_norm._forward(x + C(x))
+            x = N3(x + F(x))
         else:  # peri
-            x = x + self.attn_out_norm(attn(self.attn_norm(x)))
+            x = x + self.attn_out_norm._forward(A(N1(x)))
             if self.cross_attn is not None:
-                x = x + self.cross_out_norm(cross(self.cross_norm(x)))
-            x = x + self.ffn_out_norm(self.ffn(self.ffn_norm(x)))
+                x = x + self.cross_out_norm._forward(C(self.cross_norm._forward(x)))
+            x = x + self.ffn_out_norm._forward(F(N3(x)))
         return x  # (..., N, d_model)
 
-    def _check_inputs(self, x, causal, mask, memory, memory_mask, positions, cache) -> None:
-        """The block's arguments, including what its attention sublayers will receive."""
-        if nested_call():
-            return
+    def _check(self, x, *, causal, mask, memory, memory_mask, positions, cache) -> None:
+        """The block's arguments, with its sublayers' own checks for what they will receive."""
         check_last_dim("x", check_tensor("x", x, min_dim=2), self.d_model, "d_model of this block")
-        cache_type = KVCache if self.attention == "gqa" else LatentCache
-        check_module_inputs(
-            x, d_in=self.d_model, like=self.attn.W_O, causal=causal, mask=mask,
-            positions=positions, cache=cache, cache_type=cache_type,
-        )
+        self.attn._check(x, causal=causal, mask=mask, positions=positions, cache=cache)
         if self.cross_attn is None:
             if memory is not None or memory_mask is not None:
                 raise ValueError(
@@ -446,32 +449,32 @@ class TransformerBlock(nn.Module):
                 "(cross_attention=True); got None"
             )
         if self.cross_attn is not None:
-            check_module_inputs(x, d_in=self.d_model, like=self.cross_attn.W_Q, X_KV=memory,
-                                mask=memory_mask)
+            self.cross_attn._check(x, memory, mask=memory_mask)
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, norm={self.norm!r}, norm_kind={self.norm_kind!r}"
 
 
+def _build_attention(
+    name: str, d_model: int, n_heads: int, d_head: int, options: dict, kw: dict
+) -> nn.Module:
+    """The registered variant ``name`` with the options the caller gave (not at their default)."""
+    build = ATTENTION[name]
+    defaults = {"n_kv_heads": None, "d_latent": None, "d_latent_q": None, "d_rope": 0,
+                "rope_base": None}
+    given = {k: v for k, v in options.items() if v != defaults[k]}
+    takes = inspect.signature(build).parameters
+    for option, value in given.items():
+        if option not in takes:
+            owners = [n for n, b in ATTENTION.items() if option in inspect.signature(b).parameters]
+            where = repr(owners[0]) if len(owners) == 1 else f"in {owners}"
+            raise ValueError(f"{option} applies to attention={where} only; got {value!r}")
+    return build(d_model, n_heads, d_head, **given, **kw)
+
+
 # ---------------------------------------------------------------------------------------
 # A tiny decoder-only language model
 # ---------------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _seeded(seed: int | None, device: torch.device | str | None) -> Iterator[None]:
-    """Draw from ``torch.manual_seed(seed)`` inside, restoring the global RNG state after."""
-    if seed is None:
-        yield
-        return
-    dev = torch.device(device) if device is not None else torch.get_default_device()
-    if dev.type == "cpu":
-        fork = torch.random.fork_rng(devices=[])
-    else:
-        fork = torch.random.fork_rng(device_type=dev.type)
-    with fork:
-        torch.manual_seed(seed)
-        yield
 
 
 class TinyDecoder(nn.Module):
@@ -501,7 +504,7 @@ class TinyDecoder(nn.Module):
         n_kv_heads: ``G`` KV heads for ``"gqa"``; ``None`` means ``H``.
         d_head: head width; ``None`` means ``d_model // n_heads``.
         d_ff: feed-forward width; ``None`` means ``4 * d_model``.
-        attention: ``"gqa"`` or ``"mla"``.
+        attention: ``"gqa"``, ``"mla"`` or another name in :data:`attnlib.variants.ATTENTION`.
         d_latent: MLA's ``d_L`` (required for ``"mla"``).
         d_latent_q: MLA's ``d_LQ``.
         d_rope: MLA's ``d_R``.
@@ -564,7 +567,7 @@ class TinyDecoder(nn.Module):
             "norm_kind": norm_kind, "attention": attention, "d_latent": d_latent,
             "d_latent_q": d_latent_q, "d_rope": d_rope, "rope_base": rope_base,
         }
-        with _seeded(seed, device):
+        with seeded(seed, device):
             self.E = nn.Parameter(torch.randn(vocab_size, d_model, **kw) * 0.02)
             self.blocks = nn.ModuleList(
                 TransformerBlock(d_model, n_heads, **block_kw, **kw) for _ in range(n_layers)
@@ -577,13 +580,15 @@ class TinyDecoder(nn.Module):
         """The output head ``(d_model, vocab_size)``: ``E^T`` (a view of ``E``) when tied."""
         return self.E.mT if self.W_out is None else self.W_out
 
-    def new_caches(self) -> list[KVCache | LatentCache]:
-        """One empty cache per layer: :class:`KVCache` for ``"gqa"``, :class:`LatentCache`
-        for ``"mla"``. Pass the list as ``caches=`` to :meth:`forward`."""
-        kind = KVCache if self.attention == "gqa" else LatentCache
-        return [kind() for _ in range(self.n_layers)]
+    def new_caches(self, max_tokens: int | None = None) -> list[KVCache | LatentCache]:
+        """One empty cache per layer, from its attention's ``new_cache``: a growing
+        :class:`KVCache` (``"gqa"``) or :class:`LatentCache` (``"mla"``), or, with
+        ``max_tokens``, one preallocated for that many tokens, which copies nothing as it
+        fills. Pass the list as ``caches=`` to :meth:`forward`."""
+        if max_tokens is not None:
+            check_positive_int("max_tokens", max_tokens)
+        return [block.attn.new_cache(max_tokens) for block in self.blocks]
 
-    @entry_point
     def forward(
         self, ids: torch.Tensor, *, caches: Sequence[KVCache | LatentCache] | None = None
     ) -> torch.Tensor:
@@ -600,22 +605,37 @@ class TinyDecoder(nn.Module):
         Equivalent to one causal call over the whole sequence when the tokens are fed
         through the same ``caches`` in pieces.
         """
-        self._check_inputs(ids, caches)
-        x = self.emb_norm(self.E[ids])  # (..., N, d_model)
+        self._check(ids, caches)
+        return self._forward(ids, caches)
+
+    def _forward(
+        self, ids: torch.Tensor, caches: Sequence[KVCache | LatentCache] | None = None
+    ) -> torch.Tensor:
+        """:meth:`forward` without its input check (what :meth:`generate` runs per step)."""
+        x = self.E[ids]  # (..., N, d_model)
+        if self.norm == "peri":
+            x = self.emb_norm._forward(x)
+        # Every block's attention rotates by the same angles: one set of tables for all.
+        start = 0 if caches is None else caches[0].n_tokens
+        tables = getattr(self.blocks[0].attn, "_rope_tables", None)
+        rope = None if tables is None else tables(None, ids.shape[-1], start, x.dtype, x.device)
         for i, block in enumerate(self.blocks):
-            x = block(x, causal=True, cache=None if caches is None else caches[i])
-        h = self.final_norm(x)  # (..., N, d_model)
-        return h @ self.output_weights()  # (..., N, vocab_size)
+            x = block._forward(x, causal=True, cache=None if caches is None else caches[i],
+                               rope=rope)
+        if self.norm != "post":
+            x = self.final_norm._forward(x)  # (..., N, d_model)
+        return x @ self.output_weights()  # (..., N, vocab_size)
 
     @torch.no_grad()
-    @entry_point
     def generate(
         self, ids: torch.Tensor, max_new_tokens: int, *, use_cache: bool = True
     ) -> torch.Tensor:
         """Greedy decoding: append ``argmax`` of the last logits, ``max_new_tokens`` times.
 
         ``use_cache=True`` runs the prompt once (prefill), then feeds one token per step
-        through per-layer caches: each step costs ``O(N)`` attention work. ``use_cache=False``
+        through per-layer caches, preallocated for the whole generation
+        (``new_caches(max_tokens=N + max_new_tokens)``, so no step copies what they hold):
+        each step costs ``O(N)`` attention work. ``use_cache=False``
         recomputes the whole sequence at every step, ``O(N^2)`` per step. Both produce the
         same tokens (up to ties between logits that rounding could split differently).
 
@@ -627,25 +647,21 @@ class TinyDecoder(nn.Module):
         Returns:
             ``(..., N + max_new_tokens)`` the prompt followed by the generated ids.
         """
-        self._check_inputs(ids, None, max_new_tokens=max_new_tokens, use_cache=use_cache)
-        caches = self.new_caches() if use_cache else None
+        self._check(ids, None, max_new_tokens=max_new_tokens, use_cache=use_cache)
+        caches = self.new_caches(ids.shape[-1] + max_new_tokens) if use_cache else None
         out, step = ids, ids
         for _ in range(max_new_tokens):
-            logits = self(step, caches=caches)  # (..., N_step, vocab_size)
+            logits = self._forward(step, caches)  # (..., N_step, vocab_size)
             next_id = logits[..., -1, :].argmax(dim=-1, keepdim=True)  # (..., 1)
             out = torch.cat((out, next_id), dim=-1)
             step = next_id if use_cache else out  # with a cache, feed only the new token
         return out
 
-    def _check_inputs(self, ids: object, caches: object, **generate_args: object) -> None:
+    def _check(self, ids: object, caches: object, **generate_args: object) -> None:
         """Token ids in ``[0, vocab_size)`` on the model's device; caches; generate's options."""
-        if nested_call():
-            return
         if "max_new_tokens" in generate_args:
             check_nonnegative_int("max_new_tokens", generate_args["max_new_tokens"])
             check_bool("use_cache", generate_args["use_cache"])
-        if caches is not None:
-            self._check_caches(caches)
         if not isinstance(ids, torch.Tensor):
             raise TypeError(f"ids must be a torch.Tensor of token ids; got {type(ids).__name__}")
         if ids.dtype == torch.bool or ids.is_floating_point() or ids.is_complex():
@@ -661,21 +677,24 @@ class TinyDecoder(nn.Module):
             raise ValueError(
                 f"ids must lie in [0, vocab_size={self.vocab_size}); got values from {lo} to {hi}"
             )
+        if caches is not None:
+            self._check_caches(caches, ids)
 
-    def _check_caches(self, caches: object) -> None:
-        kind = KVCache if self.attention == "gqa" else LatentCache
+    def _check_caches(self, caches: object, ids: torch.Tensor) -> None:
         if not isinstance(caches, (list, tuple)) or len(caches) != self.n_layers:
             got = len(caches) if isinstance(caches, (list, tuple)) else type(caches).__name__
             raise ValueError(
                 f"caches must be a list of {self.n_layers} caches, one per layer "
                 f"(see new_caches()); got {got}"
             )
-        for i, cache in enumerate(caches):
+        for i, (cache, block) in enumerate(zip(caches, self.blocks, strict=True)):
+            kind = type(block.attn.new_cache())
             if not isinstance(cache, kind):
                 raise TypeError(
                     f"caches[{i}] must be an attnlib.{kind.__name__} for attention="
                     f"{self.attention!r}; got {type(cache).__name__}"
                 )
+            block.attn._check_cache(cache, tuple(ids.shape[:-1]), ids.shape[-1])
 
     def extra_repr(self) -> str:
         tied = self.W_out is None

@@ -16,7 +16,7 @@ import torch
 
 from attnlib._checks import check_positive_int, check_tensor
 
-__all__ = ["causal_mask", "key_padding_mask", "sliding_window_mask"]
+__all__ = ["causal_mask", "key_padding_mask", "query_positions", "sliding_window_mask"]
 
 
 def _sizes(n_q: object, n_kv: object) -> tuple[int, int]:
@@ -25,9 +25,43 @@ def _sizes(n_q: object, n_kv: object) -> tuple[int, int]:
     return n_q, (n_q if n_kv is None else check_positive_int("n_kv", n_kv))
 
 
+def query_positions(
+    n_q: int, n_kv: int | None = None, *, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """Where the queries sit: ``N_KV - N_Q, ..., N_KV - 1``, the last ``N_Q`` positions.
+
+    The alignment of every mask in this module (bottom-right): with a cache, ``N_Q`` new
+    queries continue the ``N_KV - N_Q`` tokens held before them. More queries than keys
+    gives negative positions, queries before the first key.
+
+    Args:
+        n_q: number of queries ``N_Q`` (>= 1).
+        n_kv: number of keys ``N_KV`` (>= 1); ``None`` means ``n_q``.
+        device: where to build the positions.
+
+    Returns:
+        ``(N_Q,)`` long tensor.
+
+    Example:
+        >>> query_positions(2, 5)
+        tensor([3, 4])
+
+    Lesson: 04_masks_and_layers.
+    """
+    n_q, n_kv = _sizes(n_q, n_kv)
+    return _query_positions(n_q, n_kv, device)
+
+
+def _query_positions(n_q: int, n_kv: int, device: torch.device | str | None = None) -> torch.Tensor:
+    return torch.arange(n_kv - n_q, n_kv, device=device)  # bottom-right: the last N_Q positions
+
+
+query_positions.unchecked = _query_positions
+
+
 def _offsets(n_q: int, n_kv: int, device: torch.device | str | None) -> torch.Tensor:
     """``j - pos(i)`` for every (query, key) pair, with queries at the last positions."""
-    pos_q = torch.arange(n_kv - n_q, n_kv, device=device)  # absolute position of query i
+    pos_q = _query_positions(n_q, n_kv, device)  # absolute position of query i
     pos_k = torch.arange(n_kv, device=device)
     return pos_k[None, :] - pos_q[:, None]  # (N_Q, N_KV)
 
@@ -63,7 +97,14 @@ def causal_mask(
     Lesson: 04_masks_and_layers.
     """
     n_q, n_kv = _sizes(n_q, n_kv)
+    return _causal_mask(n_q, n_kv, device)
+
+
+def _causal_mask(n_q: int, n_kv: int, device: torch.device | str | None = None) -> torch.Tensor:
     return _offsets(n_q, n_kv, device) <= 0  # key j at or before the query's position
+
+
+causal_mask.unchecked = _causal_mask
 
 
 def sliding_window_mask(

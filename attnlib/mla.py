@@ -58,44 +58,50 @@ import torch
 from torch import nn
 
 from attnlib._checks import (
-    check_attention_inputs,
+    check_attention_call,
+    check_attention_options,
     check_bool,
+    check_cache,
     check_choice,
     check_divisible,
     check_even,
+    check_input,
     check_last_dim,
     check_matrix,
-    check_module_inputs,
     check_nonnegative_int,
     check_optional_positive_int,
     check_positive_float,
     check_positive_int,
+    check_qkv,
     check_tensor,
-    entry_point,
-    nested_call,
 )
 from attnlib._params import init_weight
-from attnlib.cache import LatentCache
-from attnlib.core import attention
-from attnlib.gqa import GroupedQueryAttention
+from attnlib.cache import LatentCache, Rows, StaticLatentCache
+from attnlib.core import IMPLS, attention
+from attnlib.device import work_dtype
+from attnlib.gqa import GroupedQueryAttention, grouped_query_attention
 from attnlib.heads import head_mask, kv_head_index, merge_heads, split_heads
-from attnlib.memory import ModelSpec
 from attnlib.norms import rms_norm
-from attnlib.rope import apply_rope, rope_positions
+from attnlib.rope import (
+    RopeScaling,
+    YarnScaling,
+    check_rope_scaling,
+    rope_cos_sin,
+    rope_positions,
+    rope_rotate,
+    rope_tables,
+)
+from attnlib.variants import register_attention
 
 __all__ = [
-    "DECODE_PATHS",
     "MultiHeadLatentAttention",
     "mla_absorbed",
-    "mla_decode_cost",
-    "mla_from_deepseek",
     "mla_from_mha",
     "mla_merged_weights",
     "mla_naive",
 ]
 
 
-@entry_point
 def mla_naive(
     L_Q: torch.Tensor,
     L: torch.Tensor,
@@ -143,20 +149,28 @@ def mla_naive(
 
     Lesson: 07_mla (decoupled RoPE: 08_rope).
     """
-    _check_mla_inputs(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R, k_R, mask, causal, scale, impl)
+    _check_latents(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R, k_R, mask, causal, scale, impl)
+    return _mla_naive(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R=q_R, k_R=k_R, mask=mask,
+                      causal=causal, scale=scale, impl=impl)
+
+
+def _mla_naive(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, *, q_R=None, k_R=None, mask=None,
+               causal=False, scale=None, impl="auto") -> torch.Tensor:
     d_rope = 0 if q_R is None else q_R.shape[-1]
     scale = 1.0 / math.sqrt(W_LK.shape[1] // n_heads + d_rope) if scale is None else scale
-    Q = split_heads(L_Q @ W_LQQ, n_heads)  # (..., H, N_Q, d_head)   Q_h = L_Q W_LQQ^h
-    K = split_heads(L @ W_LK, n_heads)  # (..., H, N_KV, d_head)     K_h = L W_LK^h
-    V = split_heads(L @ W_LV, n_heads)  # (..., H, N_KV, d_v)        V_h = L W_LV^h
+    Q = split_heads.unchecked(L_Q @ W_LQQ, n_heads)  # (..., H, N_Q, d_head)   Q_h = L_Q W_LQQ^h
+    K = split_heads.unchecked(L @ W_LK, n_heads)  # (..., H, N_KV, d_head)     K_h = L W_LK^h
+    V = split_heads.unchecked(L @ W_LV, n_heads)  # (..., H, N_KV, d_v)        V_h = L W_LV^h
     if d_rope:  # [Q_h | q_R,h] . [K_h | k_R]: one rotated key for every head
         Q = torch.cat((Q, q_R), dim=-1)  # (..., H, N_Q, d_head + d_R)
         K = torch.cat((K, k_R.unsqueeze(-3).expand(*K.shape[:-1], d_rope)), dim=-1)
-    Y = attention(Q, K, V, mask=mask, causal=causal, scale=scale, impl=impl)  # (..., H, N_Q, d_v)
-    return merge_heads(Y) @ W_O  # (..., N_Q, H d_v) @ (H d_v, d_out)
+    Y = attention.unchecked(Q, K, V, mask=mask, causal=causal, scale=scale, impl=impl)
+    return merge_heads.unchecked(Y) @ W_O  # (..., N_Q, H d_v) @ (H d_v, d_out)
 
 
-@entry_point
+mla_naive.unchecked = _mla_naive
+
+
 def mla_absorbed(
     L_Q: torch.Tensor,
     L: torch.Tensor,
@@ -202,25 +216,33 @@ def mla_absorbed(
 
     Lesson: 07_mla (decoupled RoPE: 08_rope).
     """
-    _check_mla_inputs(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R, k_R, mask, causal, scale, impl)
+    _check_latents(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R, k_R, mask, causal, scale, impl)
+    return _mla_absorbed(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R=q_R, k_R=k_R, mask=mask,
+                         causal=causal, scale=scale, impl=impl)
+
+
+def _mla_absorbed(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, *, q_R=None, k_R=None, mask=None,
+                  causal=False, scale=None, impl="auto") -> torch.Tensor:
     H, d_head, d_v = n_heads, W_LK.shape[1] // n_heads, W_LV.shape[1] // n_heads
     d_rope = 0 if q_R is None else q_R.shape[-1]
     scale = 1.0 / math.sqrt(d_head + d_rope) if scale is None else scale
     W_LK_T = W_LK.unflatten(1, (H, d_head)).permute(1, 2, 0)  # (H, d_head, d_L): (W_LK^h)^T
     W_LV_h = W_LV.unflatten(1, (H, d_v)).transpose(0, 1)  # (H, d_L, d_v): W_LV^h
-    Q_L = split_heads(L_Q @ W_LQQ, H) @ W_LK_T  # (..., H, N_Q, d_L)  Q_h (W_LK^h)^T
+    Q_L = split_heads.unchecked(L_Q @ W_LQQ, H) @ W_LK_T  # (..., H, N_Q, d_L)  Q_h (W_LK^h)^T
     K_L = L if not d_rope else torch.cat((L, k_R), dim=-1)  # (..., N_KV, d_L + d_R)
     if d_rope:
         Q_L = torch.cat((Q_L, q_R), dim=-1)  # (..., H, N_Q, d_L + d_R)
-    # One key/value head for all H query heads; expand() is a view (no copy), and fused
-    # SDPA kernels, which want equal head counts, stay usable.
-    K_L, V_L = (T.unsqueeze(-3).expand(*T.shape[:-2], H, *T.shape[-2:]) for T in (K_L, L))
-    Y_L = attention(Q_L, K_L, V_L, mask=mask, causal=causal, scale=scale, impl=impl)
+    # Multi-query attention: ONE key/value head, the latent, read by all H query heads
+    Y_L = grouped_query_attention.unchecked(
+        Q_L, K_L.unsqueeze(-3), L.unsqueeze(-3), mask=mask, causal=causal, scale=scale, impl=impl,
+    )  # (..., H, N_Q, d_L): Z_h^-1 A_h L
     Y = Y_L @ W_LV_h  # (..., H, N_Q, d_v)  (Z_h^-1 A_h L) W_LV^h
-    return merge_heads(Y) @ W_O  # (..., N_Q, H d_v) @ (H d_v, d_out)
+    return merge_heads.unchecked(Y) @ W_O  # (..., N_Q, H d_v) @ (H d_v, d_out)
 
 
-@entry_point
+mla_absorbed.unchecked = _mla_absorbed
+
+
 def mla_merged_weights(
     W_LQQ: torch.Tensor,
     W_LK: torch.Tensor,
@@ -251,8 +273,11 @@ def mla_merged_weights(
 
     Lesson: 07_mla.
     """
-    if not nested_call():
-        _check_factors(W_LQQ, W_LK, W_LV, W_O, n_heads)
+    _check_factors(W_LQQ, W_LK, W_LV, W_O, n_heads)
+    return _mla_merged_weights(W_LQQ, W_LK, W_LV, W_O, n_heads)
+
+
+def _mla_merged_weights(W_LQQ, W_LK, W_LV, W_O, n_heads) -> dict[str, torch.Tensor]:
     H, d_q, d_latent, d_out = n_heads, W_LQQ.shape[0], W_LK.shape[0], W_O.shape[1]
     d_head, d_v = W_LK.shape[1] // H, W_LV.shape[1] // H
     W_LQQ_h = W_LQQ.reshape(d_q, H, d_head)  # [:, h] is column block W_LQQ^h
@@ -304,6 +329,9 @@ class MultiHeadLatentAttention(nn.Module):
         rope_base: RoPE base for the decoupled part; unused (and may be None) when
             ``d_rope = 0``.
         rope_interleaved: RoPE pairing, see :mod:`attnlib.rope`.
+        rope_scaling: a frequency scaling of the decoupled RoPE
+            (:class:`attnlib.rope.YarnScaling` for DeepSeek-V2 and V3, which also
+            multiplies the softmax scale by its ``softmax_factor``), or None.
         device: where the parameters live.
         dtype: their dtype.
 
@@ -332,12 +360,13 @@ class MultiHeadLatentAttention(nn.Module):
         latent_norm: bool = False,
         rope_base: float | None = 10000.0,
         rope_interleaved: bool = False,
+        rope_scaling: RopeScaling | None = None,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         _check_config(d_in, n_heads, d_head, d_latent, d_latent_q, d_rope, d_v, d_out,
-                      latent_norm, rope_base, rope_interleaved)
+                      latent_norm, rope_base, rope_interleaved, rope_scaling)
         self.d_in, self.n_heads, self.d_head, self.d_latent = d_in, n_heads, d_head, d_latent
         self.d_latent_q, self.d_rope = d_latent_q, d_rope
         self.d_v = d_head if d_v is None else d_v
@@ -345,6 +374,7 @@ class MultiHeadLatentAttention(nn.Module):
         self.latent_norm, self.rope_base, self.rope_interleaved = (
             latent_norm, rope_base, rope_interleaved
         )
+        self.rope_scaling = rope_scaling
         kw = {"device": device, "dtype": dtype}
         H, d_q = n_heads, d_in if d_latent_q is None else d_latent_q
         self.W_L = init_weight(d_in, d_latent, **kw)
@@ -362,8 +392,11 @@ class MultiHeadLatentAttention(nn.Module):
 
     @property
     def scale(self) -> float:
-        """The logit scale ``1/sqrt(d_head + d_R)``."""
-        return 1.0 / math.sqrt(self.d_head + self.d_rope)
+        """The logit scale ``1/sqrt(d_head + d_R)``, times DeepSeek's ``softmax_factor`` of a
+        :class:`~attnlib.rope.YarnScaling` (``mscale(factor, mscale_all_dim)^2``)."""
+        yarn = isinstance(self.rope_scaling, YarnScaling)
+        return (self.rope_scaling.softmax_factor if yarn else 1.0) / math.sqrt(
+            self.d_head + self.d_rope)
 
     def merged_weights(self) -> dict[str, torch.Tensor]:
         """The paper's absorbed weights ``{"W_LQK": (H, d_Q, d_L), "W_LO": (H*d_L, d_out)}``.
@@ -372,9 +405,8 @@ class MultiHeadLatentAttention(nn.Module):
         without a query latent); see :func:`mla_merged_weights`. ``forward(absorbed=True)``
         does not use them: it applies the factors in the absorbed order instead.
         """
-        return mla_merged_weights(self.W_LQQ, self.W_LK, self.W_LV, self.W_O, self.n_heads)
+        return _mla_merged_weights(self.W_LQQ, self.W_LK, self.W_LV, self.W_O, self.n_heads)
 
-    @entry_point
     def forward(
         self,
         X: torch.Tensor,
@@ -405,36 +437,90 @@ class MultiHeadLatentAttention(nn.Module):
         Returns:
             ``(..., N, d_out)``; the two paths agree up to rounding.
         """
-        check_module_inputs(
-            X, d_in=self.d_in, like=self.W_L, causal=causal, mask=mask, positions=positions,
-            cache=cache, cache_type=LatentCache, impl=impl, absorbed=absorbed,
-        )
+        self._check(X, causal=causal, mask=mask, positions=positions, cache=cache,
+                    absorbed=absorbed, impl=impl)
+        return self._forward(X, causal=causal, mask=mask, positions=positions, cache=cache,
+                             absorbed=absorbed, impl=impl)
+
+    def _forward(
+        self,
+        X: torch.Tensor,
+        *,
+        causal: bool = False,
+        mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        cache: LatentCache | None = None,
+        absorbed: bool = False,
+        impl: str = "auto",
+        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """:meth:`forward` without its input check: what a block runs (``rope``: the new
+        tokens' rotation tables, when a decoder made them once for all its layers)."""
         L = X @ self.W_L  # (..., N, d_L)  the latent: with k_R, all that is cached
         L_Q = X if self.W_LQ is None else X @ self.W_LQ  # (..., N, d_Q)
         if self.latent_norm:
-            L = rms_norm(L, self.g_L, 1e-6)
-            L_Q = L_Q if self.g_LQ is None else rms_norm(L_Q, self.g_LQ, 1e-6)
+            L = rms_norm.unchecked(L, self.g_L, 1e-6)
+            L_Q = L_Q if self.g_LQ is None else rms_norm.unchecked(L_Q, self.g_LQ, 1e-6)
         q_R = k_R = None
         if self.d_rope:
-            q_R, k_R = self._rope_parts(X, L_Q, positions, 0 if cache is None else cache.n_tokens)
+            if rope is None:
+                start = 0 if cache is None else cache.n_tokens
+                rope = self._rope_tables(positions, X.shape[-2], start, X.dtype, X.device)
+            q_R, k_R = self._rope_parts(X, L_Q, *rope)
         if cache is not None:
-            L, k_R = cache.update(L, k_R)  # every token so far; k_R already rotated
-        mla = mla_absorbed if absorbed else mla_naive
+            L, k_R = cache._append(L, k_R)  # every token so far; k_R already rotated
+        mla = _mla_absorbed if absorbed else _mla_naive
         return mla(
             L_Q, L, self.W_LQQ, self.W_LK, self.W_LV, self.W_O, self.n_heads, q_R=q_R, k_R=k_R,
-            mask=head_mask(mask), causal=causal, scale=self.scale, impl=impl,
+            mask=head_mask.unchecked(mask), causal=causal, scale=self.scale, impl=impl,
         )
 
+    def new_cache(self, max_tokens: int | None = None) -> LatentCache:
+        """An empty cache for this layer: a :class:`~attnlib.cache.LatentCache`, or with
+        ``max_tokens`` a :class:`~attnlib.cache.StaticLatentCache` (no copies as it grows)."""
+        return LatentCache() if max_tokens is None else StaticLatentCache(max_tokens)
+
+    def _check(self, X, *, causal=False, mask=None, positions=None, cache=None, absorbed=False,
+               impl="auto") -> None:
+        """The arguments of :meth:`forward`; a block checks its own with it."""
+        check_input("X", X, self.d_in, self.W_L, "d_in of this module")
+        if cache is not None:
+            self._check_cache(cache, X.shape[:-2], X.shape[-2])
+        check_choice("impl", impl, IMPLS)
+        n_kv = X.shape[-2] + (0 if cache is None else cache.n_tokens)
+        check_attention_call(X, causal=causal, mask=mask, positions=positions, n_kv=n_kv,
+                             absorbed=absorbed)
+
+    def _check_cache(self, cache: object, batch: tuple[int, ...], n: int) -> None:
+        """``cache`` is a :class:`~attnlib.cache.LatentCache` that takes ``n`` new tokens."""
+        check_cache(cache, LatentCache)
+        like = self.W_L
+        L = Rows((*batch, n, self.d_latent), like.dtype, like.device)
+        k_R = Rows((*batch, n, self.d_rope), like.dtype, like.device) if self.d_rope else None
+        cache._check_next(L, k_R)
+
+    def _rope_tables(
+        self, positions: torch.Tensor | None, n: int, start: int, dtype: torch.dtype,
+        device: torch.device,
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``cos`` and ``sin`` of ``n`` new tokens' angles (None without decoupled RoPE)."""
+        if not self.d_rope:
+            return None
+        pos = rope_positions(positions, n, start=start, device=device)
+        cos, sin = rope_cos_sin.unchecked(pos, self.d_rope, base=self.rope_base,
+                                          scaling=self.rope_scaling, dtype=work_dtype(dtype))
+        return rope_tables(cos, sin, interleaved=self.rope_interleaved)  # full width
+
     def _rope_parts(
-        self, X: torch.Tensor, L_Q: torch.Tensor, positions: torch.Tensor | None, start: int
+        self, X: torch.Tensor, L_Q: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``q_R (..., H, N, d_R)`` per head and the one shared ``k_R (..., N, d_R)``, rotated."""
-        rope = {"base": self.rope_base, "interleaved": self.rope_interleaved}
-        pos = rope_positions(positions, X.shape[-2], start=start, device=X.device)
-        q_R = apply_rope(split_heads(L_Q @ self.W_QR, self.n_heads), pos, **rope)
+        q_R = split_heads.unchecked(L_Q @ self.W_QR, self.n_heads)  # (..., H, N, d_R)
         # k_R has no head axis; a singleton one lines it up with positions of shape (B, 1, N).
-        k_R = apply_rope((X @ self.W_KR).unsqueeze(-3), pos, **rope).squeeze(-3)
-        return q_R, k_R
+        k_R = (X @ self.W_KR).unsqueeze(-3)  # (..., 1, N, d_R)
+        rotate = {"interleaved": self.rope_interleaved}
+        q_R, k_R = rope_rotate(q_R, cos, sin, **rotate), rope_rotate(k_R, cos, sin, **rotate)
+        return q_R, k_R.squeeze(-3)
 
     def extra_repr(self) -> str:
         parts = [
@@ -448,10 +534,39 @@ class MultiHeadLatentAttention(nn.Module):
         parts.append(f"d_v={self.d_v}, d_out={self.d_out}")
         if self.latent_norm:
             parts.append("latent_norm=True")
+        if self.rope_scaling is not None:
+            parts.append(f"rope_scaling={self.rope_scaling}")
         return ", ".join(parts)
 
 
-@entry_point
+@register_attention("mla")
+def _mla_sublayer(
+    d_model: int,
+    n_heads: int,
+    d_head: int,
+    *,
+    d_latent: int | None = None,
+    d_latent_q: int | None = None,
+    d_rope: int = 0,
+    rope_base: float | None = None,
+    n_kv_heads: int | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+) -> MultiHeadLatentAttention:
+    """A block's ``attention="mla"``: ``d_latent`` is required; ``rope_base=None`` means 10,000."""
+    if n_kv_heads is not None:
+        raise ValueError(
+            "n_kv_heads applies to attention='gqa' only (MLA caches a latent, "
+            f"not KV heads); got {n_kv_heads!r}"
+        )
+    if d_latent is None:
+        raise ValueError("d_latent must be set when attention='mla'; got None")
+    return MultiHeadLatentAttention(
+        d_model, n_heads, d_head, d_latent, d_latent_q=d_latent_q, d_rope=d_rope,
+        rope_base=10000.0 if rope_base is None else rope_base, device=device, dtype=dtype,
+    )
+
+
 def mla_from_mha(
     attn: GroupedQueryAttention,
     d_latent: int,
@@ -490,10 +605,9 @@ def mla_from_mha(
         attn: the source; a :class:`attnlib.GroupedQueryAttention` (MHA and MQA included)
             without RoPE.
         d_latent: ``r``, the latent width: an int in ``[1, min(d_in, 2 G d_head)]``.
-        svd: how to compute the rank-``r`` factors ``(U_r, S_r, V_r^T)`` of ``W_KV``, a
-            callable ``(W_KV, r) -> (U_r, S_r, Vh_r)``; default the exact truncated SVD
-            (``torch.linalg.svd``). :func:`attnlib.randomised.randomised_mla_from_mha`
-            passes a randomised SVD.
+        svd: how to compute the rank-``r`` factors, ``svd(W_KV, r) -> (U_r, S_r, Vh_r)``;
+            default the exact truncated SVD (``torch.linalg.svd``). Chapter 10 passes a
+            randomised one (:func:`attnlib.randomised.randomised_mla_from_mha`).
 
     Returns:
         A :class:`MultiHeadLatentAttention` on the same device and dtype (the SVD itself
@@ -509,6 +623,15 @@ def mla_from_mha(
     Lesson: 07_mla (why RoPE blocks it: 08_rope).
     """
     _check_conversion(attn, d_latent, svd)
+    return _mla_from_mha(attn, d_latent, svd)
+
+
+def _mla_from_mha(
+    attn: GroupedQueryAttention,
+    d_latent: int,
+    svd: Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+    | None = None,
+) -> MultiHeadLatentAttention:
     H, G, d_head, d_in = attn.n_heads, attn.n_kv_heads, attn.d_head, attn.d_in
     W_ref = attn.W_K
     work = torch.float32 if W_ref.device.type == "mps" else torch.float64
@@ -518,7 +641,7 @@ def mla_from_mha(
         root = S.sqrt()
         W_L = U * root  # (d_in, r) = U_r S_r^{1/2}
         W_LKV = root[:, None] * Vh  # (r, 2 G d_head) = S_r^{1/2} V_r^T
-        group = kv_head_index(H, G, device=W_ref.device)  # query head h -> KV head h // s
+        group = kv_head_index.unchecked(H, G, W_ref.device)  # query head h -> KV head h // s
         W_LK, W_LV = (
             W.reshape(d_latent, G, d_head)[:, group].reshape(d_latent, H * d_head)
             for W in W_LKV.split(G * d_head, dim=1)
@@ -533,156 +656,7 @@ def mla_from_mha(
     return mla
 
 
-DECODE_PATHS: tuple[str, ...] = ("expanded", "rebuilt", "absorbed")
-"""The three ways :func:`mla_decode_cost` can decode one token of an MLA layer.
-
-- ``"expanded"``: each token's ``K_h`` and ``V_h`` are formed once, when it arrives, and
-  cached per head (with the one shared ``k_R``): the cache of multi-head attention;
-- ``"rebuilt"``: the latent cache of MLA, with ``K_h`` and ``V_h`` formed again from every
-  cached row at every step (attnlib's ``absorbed=False`` path over a ``LatentCache``, and
-  Hugging Face's ``DeepseekV3Attention``);
-- ``"absorbed"``: the latent cache, attended to directly (``absorbed=True``).
-"""
-
-
-def mla_decode_cost(
-    spec: ModelSpec, n_ctx: int, *, path: str = "absorbed", bytes_per_elem: int = 2
-) -> dict[str, int]:
-    """Multiply-adds and bytes of one MLA layer decoding one token against ``n_ctx`` keys.
-
-    With ``d = d_in = d_out``, ``d_Q = d_LQ`` (``d`` without a query latent), ``n = n_ctx``
-    (the cached tokens plus the new one) and one sequence, the matrix products are::
-
-        projections, every path:  d d_LQ + d_Q H (d_head + d_R) + d (d_L + d_R) + H d_v d
-        expanded:  + d_L H (d_head + d_v)          the new token's K_h and V_h, once
-                   + n H (d_head + d_R + d_v)      logits and weighted sum, per head
-        rebuilt:   + n d_L H (d_head + d_v)        K_h and V_h of every cached row, again
-                   + n H (d_head + d_R + d_v)
-        absorbed:  + H d_head d_L + H d_L d_v      Q_h (W_LK^h)^T and (P_h L) W_LV^h
-                   + n H (2 d_L + d_R)             logits and weighted sum over the latent
-
-    and the cache holds ``H (d_head + d_v) + d_R`` numbers per token (expanded) or
-    ``d_L + d_R`` (rebuilt, absorbed). Elementwise work (softmax, RoPE, RMSNorm) is not
-    counted; it is linear in ``n`` with a small constant. The weights read are the same
-    for every path (the absorbed path applies the factors, it does not merge them).
-
-    Args:
-        spec: an MLA model (``spec.d_latent`` set), e.g. :data:`attnlib.memory.DEEPSEEK_V2`.
-        n_ctx: ``n >= 1``, the keys the new token attends to, itself included.
-        path: one of :data:`DECODE_PATHS`.
-        bytes_per_elem: ``b``, bytes per stored number (2 for bf16).
-
-    Returns:
-        dict[str, int]: ``"cache_values_per_token"``, ``"cache_bytes"`` (read this step:
-        ``n`` tokens), ``"weight_bytes"`` (every weight of the layer, once),
-        ``"macs_projections"`` (independent of ``n``), ``"macs_attention"`` (proportional
-        to ``n``) and ``"macs"`` (their sum).
-
-    Example:
-        >>> from attnlib.memory import DEEPSEEK_V2
-        >>> a = mla_decode_cost(DEEPSEEK_V2, 4096, path="absorbed")
-        >>> e = mla_decode_cost(DEEPSEEK_V2, 4096, path="expanded")
-        >>> e["cache_bytes"] // a["cache_bytes"], a["cache_values_per_token"]
-        (57, 576)
-        >>> round(a["macs_attention"] / e["macs_attention"], 2)   # (2 * 512 + 64) / 320
-        3.4
-
-    Lesson: 07_mla.
-    """
-    _check_cost(spec, n_ctx, path, bytes_per_elem)
-    d, H, d_head, d_v = spec.d_model, spec.n_heads, spec.d_head, spec.d_value
-    d_L, d_R, d_LQ = spec.d_latent, spec.d_rope, spec.d_latent_q
-    d_Q = d if d_LQ is None else d_LQ
-    n = n_ctx
-    projections = (
-        (0 if d_LQ is None else d * d_LQ)  # L_Q = X W_LQ
-        + d_Q * H * (d_head + d_R)  # Q_h = L_Q W_LQQ^h and q_R,h = L_Q W_QR^h
-        + d * (d_L + d_R)  # L = X W_L and k_R = X W_KR
-        + H * d_v * d  # Y W_O
-    )
-    per_pair = H * (d_head + d_R + d_v)  # one query against one key: logit and weighted value
-    if path == "expanded":
-        values = H * (d_head + d_v) + d_R
-        projections += d_L * H * (d_head + d_v)  # the new token's K_h, V_h
-        attention = n * per_pair
-    elif path == "rebuilt":
-        values = d_L + d_R
-        attention = n * (d_L * H * (d_head + d_v) + per_pair)
-    else:
-        values = d_L + d_R
-        projections += H * d_head * d_L + H * d_L * d_v
-        attention = n * H * (2 * d_L + d_R)
-    weights = (
-        (0 if d_LQ is None else d * d_LQ) + d_Q * H * (d_head + d_R) + d * (d_L + d_R)
-        + d_L * H * (d_head + d_v) + H * d_v * d
-    )
-    return {
-        "cache_values_per_token": values,
-        "cache_bytes": n * values * bytes_per_elem,
-        "weight_bytes": weights * bytes_per_elem,
-        "macs_projections": projections,
-        "macs_attention": attention,
-        "macs": projections + attention,
-    }
-
-
-@entry_point
-def mla_from_deepseek(attn: nn.Module) -> MultiHeadLatentAttention:
-    """An attnlib MLA with the weights of a Hugging Face ``DeepseekV3Attention`` (or V2).
-
-    Hugging Face stores each weight as an ``nn.Linear`` ``(out, in)``, so every matrix is
-    transposed, and it packs several of the paper's matrices into one (see the names table
-    of book/notation.md):
-
-    - ``q_b_proj`` (or ``q_proj`` without a query latent): per head ``[W_LQQ^h | W_QR^h]``;
-    - ``kv_a_proj_with_mqa``: ``[W_L | W_KR]``, the latent and the one shared rotary key;
-    - ``kv_b_proj``: per head ``[W_LK^h | W_LV^h]``;
-    - ``q_a_proj`` is ``W_LQ``, ``o_proj`` is ``W_O``, and the gains of ``kv_a_layernorm``
-      and ``q_a_layernorm`` are ``g_L`` and ``g_LQ``.
-
-    The module is read through its attributes only (this function does not import
-    ``transformers``). The copy is ``latent_norm=True`` with the source's RoPE base and
-    pairing (``config.rope_interleave``).
-
-    Args:
-        attn: a ``DeepseekV3Attention`` (or ``DeepseekV2Attention``) without biases and
-            without YaRN scaling (its ``scaling`` is ``1/sqrt(d_head + d_R)``).
-
-    Returns:
-        :class:`MultiHeadLatentAttention` on the source's device and dtype; its forward,
-        with ``causal=True``, equals the source's with a causal mask and the same
-        positions.
-
-    Lesson: 07_mla.
-    """
-    _check_deepseek(attn)
-    config = attn.config  # sizes come from the config: module attributes vary by version
-    H, d_L, d_LQ = config.num_attention_heads, config.kv_lora_rank, config.q_lora_rank
-    d_head, d_R, d_v = config.qk_nope_head_dim, config.qk_rope_head_dim, config.v_head_dim
-    ref = attn.o_proj.weight
-    mla = MultiHeadLatentAttention(
-        config.hidden_size, H, d_head, d_L, d_latent_q=d_LQ, d_rope=d_R, d_v=d_v,
-        latent_norm=True, rope_base=_rope_theta(config),
-        rope_interleaved=bool(getattr(config, "rope_interleave", False)),
-        device=ref.device, dtype=ref.dtype,
-    )
-    q_proj = attn.q_proj if d_LQ is None else attn.q_b_proj
-    W_q = q_proj.weight.T.reshape(-1, H, d_head + d_R)  # (d_Q, H, d_head + d_R)
-    W_kv_a = attn.kv_a_proj_with_mqa.weight.T  # (d_in, d_L + d_R) = [W_L | W_KR]
-    W_kv_b = attn.kv_b_proj.weight.T.reshape(d_L, H, d_head + d_v)  # per head [W_LK^h | W_LV^h]
-    with torch.no_grad():
-        mla.W_LQQ.copy_(W_q[..., :d_head].reshape(-1, H * d_head))
-        mla.W_QR.copy_(W_q[..., d_head:].reshape(-1, H * d_R))
-        if d_LQ is not None:
-            mla.W_LQ.copy_(attn.q_a_proj.weight.T)
-            mla.g_LQ.copy_(attn.q_a_layernorm.weight)
-        mla.W_L.copy_(W_kv_a[:, :d_L])
-        mla.W_KR.copy_(W_kv_a[:, d_L:])
-        mla.g_L.copy_(attn.kv_a_layernorm.weight)
-        mla.W_LK.copy_(W_kv_b[..., :d_head].reshape(d_L, H * d_head))
-        mla.W_LV.copy_(W_kv_b[..., d_head:].reshape(d_L, H * d_v))
-        mla.W_O.copy_(attn.o_proj.weight.T)
-    return mla
+mla_from_mha.unchecked = _mla_from_mha
 
 
 def _truncated_svd(W: torch.Tensor, r: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -716,72 +690,6 @@ def _check_conversion(attn: object, d_latent: object, svd: object = None) -> Non
         )
 
 
-def _check_cost(spec: object, n_ctx: object, path: object, bytes_per_elem: object) -> None:
-    if not isinstance(spec, ModelSpec):
-        raise TypeError(f"spec must be an attnlib.memory.ModelSpec; got {type(spec).__name__}")
-    if spec.d_latent is None:
-        raise ValueError(
-            f"spec must describe an MLA model (d_latent set); {spec.name!r} has d_latent=None"
-        )
-    check_positive_int("n_ctx", n_ctx)
-    check_choice("path", path, DECODE_PATHS)
-    check_positive_int("bytes_per_elem", bytes_per_elem)
-
-
-# What mla_from_deepseek reads: the module's projections, norms and scale, and the sizes of
-# its config. transformers 5.0 (Colab's) keeps fewer size attributes on the module itself
-# than later releases, so the sizes are read from the config alone.
-_DEEPSEEK_PARTS = ("config", "scaling", "kv_a_proj_with_mqa", "kv_a_layernorm", "kv_b_proj",
-                   "o_proj")
-_DEEPSEEK_CONFIG = ("hidden_size", "num_attention_heads", "q_lora_rank", "kv_lora_rank",
-                    "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-
-
-def _rope_theta(config: object) -> float:
-    """The RoPE base of a Hugging Face config: ``rope_theta``, or ``rope_parameters``'s."""
-    theta = getattr(config, "rope_theta", None)
-    if theta is None:
-        theta = (getattr(config, "rope_parameters", None) or {}).get("rope_theta")
-    return theta
-
-
-def _check_deepseek(attn: object) -> None:
-    missing = [name for name in _DEEPSEEK_PARTS if not hasattr(attn, name)]
-    config = getattr(attn, "config", None)
-    missing += [f"config.{name}" for name in _DEEPSEEK_CONFIG if not hasattr(config, name)]
-    if not isinstance(attn, nn.Module) or missing:
-        raise TypeError(
-            "attn must be a Hugging Face DeepseekV3Attention (or DeepseekV2Attention); "
-            f"got {type(attn).__name__}, which lacks {missing}"
-        )
-    if config.qk_rope_head_dim < 2:
-        raise ValueError(
-            f"attn.config.qk_rope_head_dim must be at least 2; got {config.qk_rope_head_dim}"
-        )
-    linears = [attn.kv_a_proj_with_mqa, attn.kv_b_proj, attn.o_proj,
-               attn.q_proj if config.q_lora_rank is None else attn.q_a_proj]
-    if any(getattr(lin, "bias", None) is not None for lin in linears):
-        raise ValueError(
-            "attn must have no biases (attnlib's MLA has none); got a config with "
-            f"attention_bias={getattr(attn.config, 'attention_bias', None)!r}"
-        )
-    rope = getattr(attn.config, "rope_parameters", None) or {}
-    rope_type = rope.get("rope_type", rope.get("type", "default"))
-    plain = 1.0 / math.sqrt(config.qk_nope_head_dim + config.qk_rope_head_dim)
-    if rope_type != "default" or not math.isclose(attn.scaling, plain, rel_tol=1e-9):
-        raise ValueError(
-            "attn must use plain RoPE and the scale 1/sqrt(d_head + d_R) = "
-            f"{plain:.6g}; got rope_type {rope_type!r} and scaling {attn.scaling:.6g} "
-            "(YaRN scaling is not supported)"
-        )
-    theta = _rope_theta(attn.config)
-    if theta is None:
-        raise ValueError("attn.config must give a RoPE base (rope_theta); got none")
-    eps = getattr(attn.kv_a_layernorm, "variance_epsilon", 1e-6)
-    if not math.isclose(eps, 1e-6):
-        raise ValueError(f"attn.kv_a_layernorm must have eps 1e-6, as attnlib's; got {eps}")
-
-
 # --- checks ------------------------------------------------------------------------------
 
 
@@ -801,10 +709,8 @@ def _check_factors(W_LQQ, W_LK, W_LV, W_O, n_heads, d_q=None, d_latent=None) -> 
     check_matrix("W_O", W_O, W_LV.shape[1])
 
 
-def _check_mla_inputs(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R, k_R, mask, causal, scale,
-                      impl) -> None:
-    if nested_call():
-        return
+def _check_latents(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R, k_R, mask, causal, scale,
+                   impl) -> None:
     check_tensor("L_Q", L_Q, min_dim=2)
     check_tensor("L", L, min_dim=2)
     _check_factors(W_LQQ, W_LK, W_LV, W_O, n_heads, L_Q.shape[-1], L.shape[-1])
@@ -832,11 +738,12 @@ def _check_mla_inputs(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R, k_R, mask, c
     def heads(T: torch.Tensor) -> torch.Tensor:
         return T[..., :0].unsqueeze(-3).expand(*T.shape[:-2], n_heads, T.shape[-2], 0)
 
-    check_attention_inputs(heads(L_Q), heads(L), mask=mask, causal=causal, scale=scale, impl=impl)
+    logits = (*check_qkv(heads(L_Q), heads(L)), L_Q.shape[-2], L.shape[-2])
+    check_attention_options(mask, causal, scale, impl, logits=logits, device=L.device)
 
 
 def _check_config(d_in, n_heads, d_head, d_latent, d_latent_q, d_rope, d_v, d_out, latent_norm,
-                  rope_base, rope_interleaved) -> None:
+                  rope_base, rope_interleaved, rope_scaling) -> None:
     for name, value in (("d_in", d_in), ("n_heads", n_heads), ("d_head", d_head),
                         ("d_latent", d_latent)):
         check_positive_int(name, value)
@@ -848,3 +755,4 @@ def _check_config(d_in, n_heads, d_head, d_latent, d_latent_q, d_rope, d_v, d_ou
     check_bool("rope_interleaved", rope_interleaved)
     if rope_base is not None or d_rope > 0:
         check_positive_float("rope_base", rope_base)
+    check_rope_scaling(rope_scaling, rope_base)

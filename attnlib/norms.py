@@ -18,20 +18,17 @@ import torch
 from torch import nn
 
 from attnlib._checks import (
+    check_gain,
     check_last_dim,
     check_positive_float,
     check_positive_int,
     check_tensor,
-    entry_point,
-    nested_call,
 )
+from attnlib.device import work_dtype
 
 __all__ = ["LayerNorm", "RMSNorm", "layer_norm", "rms_norm"]
 
-_HALF = (torch.float16, torch.bfloat16)
 
-
-@entry_point
 def layer_norm(
     x: torch.Tensor,
     gamma: torch.Tensor | None = None,
@@ -62,7 +59,13 @@ def layer_norm(
     Lesson: 04_masks_and_layers.
     """
     _check_norm_inputs(x, eps, gamma=gamma, beta=beta)
-    work = torch.float32 if x.dtype in _HALF else x.dtype
+    return _layer_norm(x, gamma, beta, eps)
+
+
+def _layer_norm(
+    x: torch.Tensor, gamma: torch.Tensor | None, beta: torch.Tensor | None, eps: float
+) -> torch.Tensor:
+    work = work_dtype(x.dtype)  # half precision: work in float32
     xw = x.to(work)
     mu = xw.mean(dim=-1, keepdim=True)  # (..., 1)
     var = (xw - mu).square().mean(dim=-1, keepdim=True)  # (..., 1), biased like torch
@@ -74,7 +77,6 @@ def layer_norm(
     return y.to(x.dtype)
 
 
-@entry_point
 def rms_norm(x: torch.Tensor, g: torch.Tensor | None = None, eps: float = 1e-6) -> torch.Tensor:
     """``y = x / sqrt(mean(x^2) + eps) * g``, over the last dimension.
 
@@ -100,11 +102,19 @@ def rms_norm(x: torch.Tensor, g: torch.Tensor | None = None, eps: float = 1e-6) 
     Lesson: 04_masks_and_layers.
     """
     _check_norm_inputs(x, eps, g=g)
-    xw = x.float() if x.dtype in _HALF else x
+    return _rms_norm(x, g, eps)
+
+
+def _rms_norm(x: torch.Tensor, g: torch.Tensor | None, eps: float) -> torch.Tensor:
+    work = work_dtype(x.dtype)  # half precision: work in float32
+    xw = x if x.dtype == work else x.to(work)
     y = xw * torch.rsqrt(xw.square().mean(dim=-1, keepdim=True) + eps)  # (..., d)
     if g is not None:
         y = y * g
     return y if y.dtype == x.dtype else y.to(x.dtype)
+
+
+rms_norm.unchecked = _rms_norm
 
 
 class LayerNorm(nn.Module):
@@ -133,11 +143,13 @@ class LayerNorm(nn.Module):
         self.gamma = nn.Parameter(torch.ones(d, device=device, dtype=dtype))
         self.beta = nn.Parameter(torch.zeros(d, device=device, dtype=dtype))
 
-    @entry_point
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """See :func:`layer_norm`; ``x`` is ``(..., d)``."""
         _check_norm_inputs(x, self.eps, d=self.d)
-        return layer_norm(x, self.gamma, self.beta, self.eps)
+        return self._forward(x)
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _layer_norm(x, self.gamma, self.beta, self.eps)
 
     def extra_repr(self) -> str:
         return f"d={self.d}, eps={self.eps:g}"
@@ -168,11 +180,13 @@ class RMSNorm(nn.Module):
         self.eps = check_positive_float("eps", eps)
         self.g = nn.Parameter(torch.ones(d, device=device, dtype=dtype))
 
-    @entry_point
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """See :func:`rms_norm`; ``x`` is ``(..., d)``."""
         _check_norm_inputs(x, self.eps, d=self.d)
-        return rms_norm(x, self.g, self.eps)
+        return self._forward(x)
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _rms_norm(x, self.g, self.eps)
 
     def extra_repr(self) -> str:
         return f"d={self.d}, eps={self.eps:g}"
@@ -180,15 +194,9 @@ class RMSNorm(nn.Module):
 
 def _check_norm_inputs(x: object, eps: object, d: int | None = None, **gains: object) -> None:
     """``x (..., d)``, ``eps > 0``, and each gain ``None`` or a ``(d,)`` tensor."""
-    if nested_call():
-        return
     check_tensor("x", x)
     if d is not None:
         check_last_dim("x", x, d, "d of this norm")
     check_positive_float("eps", eps)
     for name, g in gains.items():
-        if g is not None and check_tensor(name, g).shape != x.shape[-1:]:
-            raise ValueError(
-                f"{name} must have shape (d,) = ({x.shape[-1]},), one entry per feature of x; "
-                f"got {tuple(g.shape)}"
-            )
+        check_gain(name, g, x.shape[-1])

@@ -38,11 +38,14 @@ import math
 import torch
 
 from attnlib._checks import (
-    check_attention_inputs,
     check_choice,
+    check_like,
     check_matrix,
     check_nonnegative_int,
+    check_optional_positive_float,
     check_positive_int,
+    check_qkv,
+    check_shape,
     check_tensor,
 )
 from attnlib.approx import gaussian_features
@@ -102,11 +105,7 @@ def sample_keys(
 
     Lesson: 10_randomised_attention.
     """
-    check_tensor("probs", probs)
-    check_positive_int("m", m)
-    if (probs < 0).any() or not (probs.sum(dim=-1) > 0).all():
-        raise ValueError("probs must be non-negative with a positive sum in every row; got "
-                         f"minimum {probs.min().item():.4g}")
+    _check_sampling(probs, m)
     return _sample_keys(probs, m, generator)
 
 
@@ -116,6 +115,9 @@ def _sample_keys(probs: torch.Tensor, m: int, generator: torch.Generator | None)
     u = torch.rand(*probs.shape[:-1], m, generator=generator, dtype=F64).to(probs.device)
     j = torch.searchsorted(cdf.contiguous(), u.contiguous(), right=True)  # (..., m)
     return j.clamp(max=probs.shape[-1] - 1)  # u within rounding of 1 stays on the last key
+
+
+sample_keys.unchecked = _sample_keys
 
 
 def importance_attention(
@@ -166,16 +168,8 @@ def importance_attention(
 
     Lesson: 10_randomised_attention.
     """
-    check_attention_inputs(Q, K, V, scale=scale)
-    check_tensor("proposal", proposal, min_dim=2)
-    if proposal.shape[-2:] != (Q.shape[-2], K.shape[-2]) or (proposal < 0).any():
-        raise ValueError(
-            f"proposal must be non-negative of shape (..., N_Q, N_KV) = (..., {Q.shape[-2]}, "
-            f"{K.shape[-2]}); got shape {tuple(proposal.shape)}"
-        )
-    check_positive_int("m", m)
-    s = _scale(Q, scale)
-    return _importance_attention(Q, K, V, proposal, m, generator, s)
+    _check_importance(Q, K, V, proposal, m, scale)
+    return _importance_attention(Q, K, V, proposal, m, generator, _scale(Q, scale))
 
 
 def _importance_attention(
@@ -197,6 +191,9 @@ def _importance_attention(
     log_w = logits - torch.log(torch.gather(rho, -1, j))  # (..., N_Q, m) log(A_ij / rho_ij)
     w = torch.exp(log_w - log_w.amax(dim=-1, keepdim=True))  # a common factor cancels
     return (w.unsqueeze(-2) @ V_s).squeeze(-2) / w.sum(dim=-1, keepdim=True)  # (..., N_Q, d_V)
+
+
+importance_attention.unchecked = _importance_attention
 
 
 def _rows(X: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
@@ -233,10 +230,7 @@ def sampling_variance(
 
     Lesson: 10_randomised_attention.
     """
-    check_tensor("P", P, min_dim=2)
-    check_tensor("V", V, min_dim=2)
-    if proposal is not None:
-        check_tensor("proposal", proposal, min_dim=2)
+    _check_weights(P, V, proposal)
     return _sampling_variance(P, V, proposal)
 
 
@@ -249,6 +243,9 @@ def _sampling_variance(
         return (P * spread).sum(dim=-1)
     rho = rho / rho.sum(dim=-1, keepdim=True)
     return (P.pow(2) / rho * spread).sum(dim=-1)
+
+
+sampling_variance.unchecked = _sampling_variance
 
 
 def effective_sample_size(P: torch.Tensor, proposal: torch.Tensor, m: int = 1) -> torch.Tensor:
@@ -273,11 +270,16 @@ def effective_sample_size(P: torch.Tensor, proposal: torch.Tensor, m: int = 1) -
 
     Lesson: 10_randomised_attention.
     """
-    check_tensor("P", P, min_dim=2)
-    check_tensor("proposal", proposal, min_dim=2)
-    check_positive_int("m", m)
+    _check_weights(P, None, proposal, m)
+    return _effective_sample_size(P, proposal, m)
+
+
+def _effective_sample_size(P: torch.Tensor, proposal: torch.Tensor, m: int) -> torch.Tensor:
     rho = proposal / proposal.sum(dim=-1, keepdim=True)
     return m / (P.pow(2) / rho).sum(dim=-1)
+
+
+effective_sample_size.unchecked = _effective_sample_size
 
 
 def norm_proposal(Q: torch.Tensor, K: torch.Tensor, *, scale: float | None = None) -> torch.Tensor:
@@ -301,10 +303,17 @@ def norm_proposal(Q: torch.Tensor, K: torch.Tensor, *, scale: float | None = Non
 
     Lesson: 10_randomised_attention.
     """
-    check_attention_inputs(Q, K, scale=scale)
-    s = _scale(Q, scale)
-    envelope = s * Q.norm(dim=-1, keepdim=True) * K.norm(dim=-1).unsqueeze(-2)  # (..., N_Q, N_KV)
+    _check_logits(Q, K, None, None, scale)
+    return _norm_proposal(Q, K, _scale(Q, scale))
+
+
+def _norm_proposal(Q: torch.Tensor, K: torch.Tensor, scale: float) -> torch.Tensor:
+    # (..., N_Q, N_KV): the largest logit key j could reach with query i
+    envelope = scale * Q.norm(dim=-1, keepdim=True) * K.norm(dim=-1).unsqueeze(-2)
     return torch.softmax(envelope, dim=-1)
+
+
+norm_proposal.unchecked = _norm_proposal
 
 
 def sketch_proposal(
@@ -332,10 +341,15 @@ def sketch_proposal(
 
     Lesson: 10_randomised_attention.
     """
-    check_attention_inputs(Q, K, scale=scale)
-    check_matrix("Omega", Omega, rows=Q.shape[-1])
-    s = _scale(Q, scale)
-    return torch.softmax(_sketched_logits(Q, K, Omega, s), dim=-1)
+    _check_logits(Q, K, None, Omega, scale)
+    return _sketch_proposal(Q, K, Omega, _scale(Q, scale))
+
+
+def _sketch_proposal(Q: torch.Tensor, K: torch.Tensor, Omega: torch.Tensor, scale: float):
+    return torch.softmax(_sketched_logits(Q, K, Omega, scale), dim=-1)
+
+
+sketch_proposal.unchecked = _sketch_proposal
 
 
 # ---------------------------------------------------------------------------------------
@@ -370,6 +384,9 @@ def product_probabilities(A: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
 def _product_probabilities(A: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
     c = A.norm(dim=-2) * V.norm(dim=-1)  # (..., N_KV)
     return c / c.sum(dim=-1, keepdim=True)
+
+
+product_probabilities.unchecked = _product_probabilities
 
 
 def sampled_product(
@@ -408,13 +425,7 @@ def sampled_product(
 
     Lesson: 10_randomised_attention.
     """
-    _check_product(A, V)
-    check_positive_int("m", m)
-    if probs is not None:
-        check_tensor("probs", probs)
-        if probs.shape[-1] != A.shape[-1] or (probs < 0).any():
-            raise ValueError(f"probs must be non-negative of shape (..., N_KV) with N_KV = "
-                             f"{A.shape[-1]}; got shape {tuple(probs.shape)}")
+    _check_product(A, V, m, probs)
     return _sampled_product(A, V, m, probs, generator)
 
 
@@ -434,6 +445,9 @@ def _sampled_product(
     V_s = torch.gather(V, -2, j.unsqueeze(-1).expand(*j.shape, V.shape[-1]))  # (..., m, d_V)
     weights = 1.0 / (m * torch.gather(p, -1, j))  # (..., m): 1 / (m p_j)
     return (A_s * weights.unsqueeze(-2)) @ V_s  # (..., N_Q, d_V)
+
+
+sampled_product.unchecked = _sampled_product
 
 
 def sampled_product_mse(
@@ -460,26 +474,24 @@ def sampled_product_mse(
 
     Lesson: 10_randomised_attention.
     """
-    _check_product(A, V)
-    check_positive_int("m", m)
+    _check_product(A, V, m, probs)
+    return _sampled_product_mse(A, V, m, probs)
+
+
+def _sampled_product_mse(
+    A: torch.Tensor, V: torch.Tensor, m: int, probs: torch.Tensor | None
+) -> torch.Tensor:
     p = _product_probabilities(A, V) if probs is None else probs / probs.sum(-1, keepdim=True)
     c2 = A.norm(dim=-2).pow(2) * V.norm(dim=-1).pow(2)  # (..., N_KV)
     return ((c2 / p).sum(dim=-1) - (A @ V).pow(2).sum(dim=(-2, -1))) / m
 
 
+sampled_product_mse.unchecked = _sampled_product_mse
+
+
 def _scale(Q: torch.Tensor, scale: float | None) -> float:
     """The logits' scale: ``1/sqrt(d_QK)`` unless given."""
     return 1.0 / math.sqrt(Q.shape[-1]) if scale is None else scale
-
-
-def _check_product(A: object, V: object) -> None:
-    check_tensor("A", A, min_dim=2)
-    check_tensor("V", V, min_dim=2)
-    if A.shape[-1] != V.shape[-2]:
-        raise ValueError(
-            f"A's columns must match V's rows (N_KV) to form A V; got A {tuple(A.shape)} and "
-            f"V {tuple(V.shape)}"
-        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -519,8 +531,7 @@ def gaussian_sketch(
 
     Lesson: 10_randomised_attention.
     """
-    check_positive_int("d", d)
-    check_positive_int("r", r)
+    # gaussian_features checks d, r and dtype: this function adds only the factor
     return gaussian_features(d, r, generator=generator, device=device, dtype=dtype) / math.sqrt(r)
 
 
@@ -545,14 +556,15 @@ def sketched_logits(
 
     Lesson: 10_randomised_attention.
     """
-    check_attention_inputs(Q, K, scale=scale)
-    check_matrix("Omega", Omega, rows=Q.shape[-1])
-    s = _scale(Q, scale)
-    return _sketched_logits(Q, K, Omega, s)
+    _check_logits(Q, K, None, Omega, scale)
+    return _sketched_logits(Q, K, Omega, _scale(Q, scale))
 
 
 def _sketched_logits(Q: torch.Tensor, K: torch.Tensor, Omega: torch.Tensor, scale: float):
     return scale * (Q @ Omega) @ (K @ Omega).mT  # (..., N_Q, N_KV)
+
+
+sketched_logits.unchecked = _sketched_logits
 
 
 def sketch_attention(
@@ -588,10 +600,8 @@ def sketch_attention(
 
     Lesson: 10_randomised_attention.
     """
-    check_attention_inputs(Q, K, V, scale=scale)
-    check_matrix("Omega", Omega, rows=Q.shape[-1])
-    s = _scale(Q, scale)
-    return torch.softmax(_sketched_logits(Q, K, Omega, s), dim=-1) @ V
+    _check_logits(Q, K, V, Omega, scale)
+    return _sketch_proposal(Q, K, Omega, _scale(Q, scale)) @ V
 
 
 # ---------------------------------------------------------------------------------------
@@ -634,15 +644,15 @@ def linformer_attention(
 
     Lesson: 10_randomised_attention.
     """
-    check_attention_inputs(Q, K, V, scale=scale)
-    for name, W in (("E", E), ("F", E if F is None else F)):
-        check_matrix(name, W)
-        if W.shape[-1] != K.shape[-2]:
-            raise ValueError(f"{name} must have N_KV = {K.shape[-2]} columns (it mixes the "
-                             f"keys' rows); got shape {tuple(W.shape)}")
-    s = _scale(Q, scale)
-    F = E if F is None else F
-    return torch.softmax(s * Q @ (E @ K).mT, dim=-1) @ (F @ V)  # (..., N_Q, d_V)
+    _check_linformer(Q, K, V, E, F, scale)
+    return _linformer_attention(Q, K, V, E, E if F is None else F, _scale(Q, scale))
+
+
+def _linformer_attention(Q, K, V, E, F, scale: float) -> torch.Tensor:
+    return torch.softmax(scale * Q @ (E @ K).mT, dim=-1) @ (F @ V)  # (..., N_Q, d_V)
+
+
+linformer_attention.unchecked = _linformer_attention
 
 
 LANDMARKS: tuple[str, ...] = ("means", "sampled")
@@ -695,26 +705,32 @@ def nystrom_attention(
 
     Lesson: 10_randomised_attention.
     """
-    check_attention_inputs(Q, K, V, scale=scale)
-    check_positive_int("r", r)
-    check_choice("landmarks", landmarks, LANDMARKS)
-    check_positive_int("iterations", iterations)
-    n_q, n_kv = Q.shape[-2], K.shape[-2]
-    if r > min(n_q, n_kv):
-        raise ValueError(f"r must be at most min(N_Q, N_KV) = {min(n_q, n_kv)}; got {r}")
-    if landmarks == "sampled" and n_q != n_kv:
-        raise ValueError(f'landmarks="sampled" picks tokens of a self-attention (N_Q = N_KV); '
-                         f"got N_Q = {n_q} and N_KV = {n_kv}")
-    s = _scale(Q, scale)
+    _check_nystrom(Q, K, V, r, landmarks, iterations, scale)
+    return _nystrom_attention(Q, K, V, r, landmarks, generator, iterations, _scale(Q, scale))
+
+
+def _nystrom_attention(
+    Q: torch.Tensor,
+    K: torch.Tensor,
+    V: torch.Tensor,
+    r: int,
+    landmarks: str,
+    generator: torch.Generator | None,
+    iterations: int,
+    s: float,
+) -> torch.Tensor:
     if landmarks == "means":
         Q_l, K_l = _segment_means(Q, r), _segment_means(K, r)  # (..., r, d_QK)
     else:
-        tokens = torch.randperm(n_q, generator=generator)[:r].to(Q.device)
+        tokens = torch.randperm(Q.shape[-2], generator=generator)[:r].to(Q.device)
         Q_l, K_l = Q[..., tokens, :], K[..., tokens, :]
     F_ = torch.softmax(s * Q @ K_l.mT, dim=-1)  # (..., N_Q, r)
     W = torch.softmax(s * Q_l @ K_l.mT, dim=-1)  # (..., r, r)
     B = torch.softmax(s * Q_l @ K.mT, dim=-1)  # (..., r, N_KV)
     return F_ @ (_iterative_pinv(W, iterations) @ (B @ V))  # (..., N_Q, d_V), never N_Q x N_KV
+
+
+nystrom_attention.unchecked = _nystrom_attention
 
 
 def _iterative_pinv(W: torch.Tensor, iterations: int) -> torch.Tensor:
@@ -775,13 +791,7 @@ def randomised_svd(
 
     Lesson: 10_randomised_attention.
     """
-    check_matrix("W", W)
-    check_positive_int("rank", rank)
-    check_nonnegative_int("oversample", oversample)
-    check_nonnegative_int("power_iterations", power_iterations)
-    if rank + oversample > min(W.shape):
-        raise ValueError(f"rank + oversample must be at most min(m, n) = {min(W.shape)}; got "
-                         f"{rank} + {oversample}")
+    _check_svd(W, rank, oversample, power_iterations)
     return _randomised_svd(W, rank, oversample, power_iterations, generator)
 
 
@@ -794,6 +804,9 @@ def _randomised_svd(
         Qm = torch.linalg.qr(W @ torch.linalg.qr(W.mT @ Qm).Q).Q
     U_B, S, Vh = torch.linalg.svd(Qm.mT @ W, full_matrices=False)  # B = Q^T W, (l, n)
     return Qm @ U_B[:, :k], S[:k], Vh[:k]  # (m, k), (k,), (k, n)
+
+
+randomised_svd.unchecked = _randomised_svd
 
 
 def randomised_svd_multiply_adds(
@@ -821,10 +834,7 @@ def randomised_svd_multiply_adds(
 
     Lesson: 10_randomised_attention.
     """
-    for name, value in (("m", m), ("n", n), ("rank", rank)):
-        check_positive_int(name, value)
-    check_nonnegative_int("oversample", oversample)
-    check_nonnegative_int("power_iterations", power_iterations)
+    _check_svd_size(m, n, rank, oversample, power_iterations)
     ell = rank + oversample
     return (2 + 2 * power_iterations) * m * n * ell + m * ell * rank
 
@@ -865,20 +875,12 @@ def randomised_mla_from_mha(
 
     Lesson: 10_randomised_attention (the exact conversion: 07_mla).
     """
-    if not isinstance(attn, GroupedQueryAttention):
-        raise TypeError(f"attn must be an attnlib.GroupedQueryAttention; got {type(attn).__name__}")
-    check_positive_int("d_latent", d_latent)
-    check_nonnegative_int("oversample", oversample)
-    check_nonnegative_int("power_iterations", power_iterations)
-    r_max = min(attn.d_in, 2 * attn.n_kv_heads * attn.d_head)
-    if d_latent + oversample > r_max:
-        raise ValueError(f"d_latent + oversample must be at most min(d_in, 2 G d_head) = {r_max}; "
-                         f"got {d_latent} + {oversample}")
+    _check_conversion(attn, d_latent, oversample, power_iterations)
 
     def svd(W_KV: torch.Tensor, r: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return _randomised_svd(W_KV, r, oversample, power_iterations, generator)
 
-    return mla_from_mha(attn, d_latent, svd=svd)
+    return mla_from_mha.unchecked(attn, d_latent, svd)
 
 
 # ---------------------------------------------------------------------------------------
@@ -947,11 +949,7 @@ def multiply_adds(
 
     Lesson: 10_randomised_attention.
     """
-    check_choice("estimator", estimator, ESTIMATORS)
-    for name, value in (("n_q", n_q), ("n_kv", n_kv), ("d_qk", d_qk), ("d_v", d_v)):
-        check_positive_int(name, value)
-    check_nonnegative_int("size", size)
-    check_nonnegative_int("d_sketch", d_sketch)
+    _check_cost(estimator, n_q, n_kv, d_qk, d_v, size, d_sketch)
     return _multiply_adds(estimator, n_q, n_kv, d_qk, d_v, size, d_sketch)
 
 
@@ -982,3 +980,143 @@ def _multiply_adds(
                             + n * size),  # the normaliser phi(Q) (phi(K)^T 1)
     }
     return costs[estimator]
+
+
+multiply_adds.unchecked = _multiply_adds
+
+
+# ---------------------------------------------------------------------------------------
+# checks: one per public function, on the arguments a caller passes
+# ---------------------------------------------------------------------------------------
+
+
+def _check_sampling(probs: object, m: object) -> None:
+    check_tensor("probs", probs)
+    check_positive_int("m", m)
+    if (probs < 0).any() or not (probs.sum(dim=-1) > 0).all():
+        raise ValueError("probs must be non-negative with a positive sum in every row; got "
+                         f"minimum {probs.min().item():.4g}")
+
+
+def _check_distribution(
+    name: str, rho: object, n_q: int, n_kv: int, like: torch.Tensor, whose: str
+) -> None:
+    """``rho (..., N_Q, N_KV)``: non-negative weights with a positive sum in every row."""
+    check_tensor(name, rho, min_dim=2)
+    check_shape(name, rho, (n_q, n_kv), f"(..., N_Q, N_KV) = (..., {n_q}, {n_kv})")
+    check_like(name, rho, like, whose)
+    if (rho < 0).any() or not (rho.sum(dim=-1) > 0).all():
+        raise ValueError(f"{name} must be non-negative with a positive sum in every row; got "
+                         f"minimum {rho.min().item():.4g}")
+
+
+def _check_importance(Q, K, V, proposal, m, scale) -> None:
+    check_qkv(Q, K, V)
+    check_optional_positive_float("scale", scale)
+    _check_distribution("proposal", proposal, Q.shape[-2], K.shape[-2], Q, "Q's")
+    check_positive_int("m", m)
+
+
+def _check_weights(P, V, proposal, m=None) -> None:
+    """``P (..., N_Q, N_KV)``, with ``V (..., N_KV, d_V)`` and ``proposal`` like ``P``."""
+    check_tensor("P", P, min_dim=2)
+    if V is not None:
+        check_tensor("V", V, min_dim=2)
+        if V.shape[-2] != P.shape[-1]:
+            raise ValueError(f"V must have one row per column of P (N_KV = {P.shape[-1]}); "
+                             f"got P {tuple(P.shape)} and V {tuple(V.shape)}")
+        check_like("V", V, P, "P's")
+    if proposal is not None:
+        _check_distribution("proposal", proposal, P.shape[-2], P.shape[-1], P, "P's")
+    if m is not None:
+        check_positive_int("m", m)
+
+
+def _check_logits(Q, K, V, Omega, scale) -> None:
+    """Queries and keys (and values), with a sketch ``Omega (d_QK, r)`` when one is given."""
+    check_qkv(Q, K, V)
+    check_optional_positive_float("scale", scale)
+    if Omega is not None:
+        check_matrix("Omega", Omega, rows=Q.shape[-1])
+        check_like("Omega", Omega, Q, "Q's")
+
+
+def _check_product(A, V, m=None, probs=None) -> None:
+    check_tensor("A", A, min_dim=2)
+    check_tensor("V", V, min_dim=2)
+    if A.shape[-1] != V.shape[-2]:
+        raise ValueError(
+            f"A's columns must match V's rows (N_KV) to form A V; got A {tuple(A.shape)} and "
+            f"V {tuple(V.shape)}"
+        )
+    if m is not None:
+        check_positive_int("m", m)
+    if probs is not None:
+        check_tensor("probs", probs)
+        if probs.shape[-1] != A.shape[-1] or (probs < 0).any():
+            raise ValueError(f"probs must be non-negative of shape (..., N_KV) with N_KV = "
+                             f"{A.shape[-1]}; got shape {tuple(probs.shape)}")
+
+
+def _check_linformer(Q, K, V, E, F, scale) -> None:
+    _check_logits(Q, K, V, None, scale)
+    for name, W in (("E", E), ("F", E if F is None else F)):
+        check_matrix(name, W)
+        if W.shape[-1] != K.shape[-2]:
+            raise ValueError(f"{name} must have N_KV = {K.shape[-2]} columns (it mixes the "
+                             f"keys' rows); got shape {tuple(W.shape)}")
+        check_like(name, W, K, "K's")
+
+
+def _check_nystrom(Q, K, V, r, landmarks, iterations, scale) -> None:
+    _check_logits(Q, K, V, None, scale)
+    check_positive_int("r", r)
+    check_choice("landmarks", landmarks, LANDMARKS)
+    check_positive_int("iterations", iterations)
+    n_q, n_kv = Q.shape[-2], K.shape[-2]
+    if r > min(n_q, n_kv):
+        raise ValueError(f"r must be at most min(N_Q, N_KV) = {min(n_q, n_kv)}; got {r}")
+    if landmarks == "sampled" and n_q != n_kv:
+        raise ValueError(f'landmarks="sampled" picks tokens of a self-attention (N_Q = N_KV); '
+                         f"got N_Q = {n_q} and N_KV = {n_kv}")
+
+
+def _check_range_finder(rank, oversample, power_iterations, limit, limit_name, rank_name) -> None:
+    check_positive_int(rank_name, rank)
+    check_nonnegative_int("oversample", oversample)
+    check_nonnegative_int("power_iterations", power_iterations)
+    if rank + oversample > limit:
+        raise ValueError(f"{rank_name} + oversample must be at most {limit_name} = {limit}; "
+                         f"got {rank} + {oversample}")
+
+
+def _check_svd(W, rank, oversample, power_iterations) -> None:
+    check_matrix("W", W)
+    _check_range_finder(rank, oversample, power_iterations, min(W.shape), "min(m, n)", "rank")
+
+
+def _check_svd_size(m, n, rank, oversample, power_iterations) -> None:
+    for name, value in (("m", m), ("n", n), ("rank", rank)):
+        check_positive_int(name, value)
+    check_nonnegative_int("oversample", oversample)
+    check_nonnegative_int("power_iterations", power_iterations)
+
+
+def _check_conversion(attn, d_latent, oversample, power_iterations) -> None:
+    if not isinstance(attn, GroupedQueryAttention):
+        raise TypeError(f"attn must be an attnlib.GroupedQueryAttention; got {type(attn).__name__}")
+    if attn.rope_base is not None:
+        raise ValueError("attn.rope_base must be None: RoPE rotates each key after W_K, so "
+                         "[W_K | W_V] has no exact latent factorisation; got "
+                         f"attn.rope_base={attn.rope_base!r}")
+    r_max = min(attn.d_in, 2 * attn.n_kv_heads * attn.d_head)
+    _check_range_finder(d_latent, oversample, power_iterations, r_max,
+                        "min(d_in, 2 G d_head)", "d_latent")
+
+
+def _check_cost(estimator, n_q, n_kv, d_qk, d_v, size, d_sketch) -> None:
+    check_choice("estimator", estimator, ESTIMATORS)
+    for name, value in (("n_q", n_q), ("n_kv", n_kv), ("d_qk", d_qk), ("d_v", d_v)):
+        check_positive_int(name, value)
+    check_nonnegative_int("size", size)
+    check_nonnegative_int("d_sketch", d_sketch)

@@ -18,14 +18,29 @@ They agree after permuting the columns of ``W_Q`` and ``W_K`` with
 :func:`rope_permutation`. The rotation turns each pair counter-clockwise:
 ``(x, y) -> (x cos a - y sin a, x sin a + y cos a)``.
 
-The ``cos`` and ``sin`` tables are computed on every call, from the positions at hand:
-nothing is cached between calls, so no table outlives the forward pass that made it or
-carries ``torch.inference_mode`` into a later training step.
+Checkpoints trained for long contexts stretch the slow frequencies. ``scaling=`` takes one
+of the two rescalings released models use, both checked against Hugging Face's rotary
+embeddings:
+
+* :class:`Llama3Scaling` (Llama 3.1, ``rope_type="llama3"``): pairs whose wavelength
+  ``2 pi / theta_i`` exceeds the pretraining context divided by ``low_freq_factor`` turn
+  ``factor`` times slower, those shorter than it divided by ``high_freq_factor`` keep their
+  speed, and the ones between are interpolated;
+* :class:`YarnScaling` (YaRN, Peng et al. 2023; DeepSeek-V2 and V3): a linear ramp over
+  the pairs between "turns many times within the pretraining context" (kept) and "turns
+  less than once" (slowed ``factor`` times), plus an attention temperature: ``cos`` and
+  ``sin`` are multiplied by :attr:`YarnScaling.attention_factor`, which scales every
+  rotated logit by its square.
+
+The frequencies and the ``cos`` and ``sin`` tables are computed on every call, from the
+positions at hand: nothing is cached between calls, so no table outlives the forward pass
+that made it or carries ``torch.inference_mode`` into a later training step.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -37,11 +52,12 @@ from attnlib._checks import (
     check_positive_float,
     check_positive_int,
     check_tensor,
-    entry_point,
-    nested_call,
 )
+from attnlib.device import work_dtype
 
 __all__ = [
+    "Llama3Scaling",
+    "YarnScaling",
     "apply_rope",
     "rope_angles",
     "rope_cos_sin",
@@ -50,16 +66,170 @@ __all__ = [
     "rope_permutation",
     "rope_positions",
     "rope_rotate",
+    "rope_tables",
 ]
 
 
-@entry_point
+@dataclass(frozen=True)
+class Llama3Scaling:
+    """Llama 3.1's frequency scaling (Hugging Face's ``rope_type="llama3"``).
+
+    With wavelengths ``lambda_i = 2 pi / theta_i`` and the pretraining context
+    ``L = original_max_positions``: ``theta_i`` is kept when ``lambda_i < L /
+    high_freq_factor``, divided by ``factor`` when ``lambda_i > L / low_freq_factor``, and
+    in between ``theta_i' = (1 - s) theta_i / factor + s theta_i`` with
+    ``s = (L / lambda_i - low_freq_factor) / (high_freq_factor - low_freq_factor)``.
+    Its ``attention_factor`` is 1: the logits are not rescaled.
+
+    Args:
+        factor: how many times slower the slowest pairs turn (8 in Llama 3.1).
+        low_freq_factor: the long-wavelength boundary, ``L / low_freq_factor`` (1).
+        high_freq_factor: the short-wavelength boundary, ``L / high_freq_factor`` (4).
+        original_max_positions: ``L``, the pretraining context (8192 in Llama 3).
+
+    Example:
+        >>> theta = rope_frequencies(8, base=500000.0, scaling=Llama3Scaling())
+        >>> (theta / rope_frequencies(8, base=500000.0)).round(decimals=4).tolist()
+        [1.0, 1.0, 0.3711, 0.125]
+
+    Lesson: 08_rope.
+    """
+
+    factor: float = 8.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_positions: int = 8192
+
+    def __post_init__(self) -> None:
+        for name in ("factor", "low_freq_factor", "high_freq_factor"):
+            check_positive_float(name, getattr(self, name))
+        check_positive_int("original_max_positions", self.original_max_positions)
+        if not self.high_freq_factor > self.low_freq_factor:
+            raise ValueError(
+                "high_freq_factor must be larger than low_freq_factor; got "
+                f"{self.high_freq_factor} and {self.low_freq_factor}"
+            )
+
+    @property
+    def attention_factor(self) -> float:
+        """What ``cos`` and ``sin`` are multiplied by: 1 (Llama 3.1 keeps its logits)."""
+        return 1.0
+
+    def frequencies(self, theta: torch.Tensor, d: int, base: float) -> torch.Tensor:
+        """The rescaled ``theta'`` from the plain ``theta (d/2,)``."""
+        L, lo, hi = self.original_max_positions, self.low_freq_factor, self.high_freq_factor
+        wavelength = 2 * math.pi / theta
+        s = (L / wavelength - lo) / (hi - lo)  # 0 at the long boundary, 1 at the short one
+        between = (1 - s) * theta / self.factor + s * theta
+        slow = torch.where(wavelength > L / lo, theta / self.factor, between)
+        return torch.where(wavelength < L / hi, theta, slow)
+
+
+def _yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    """YaRN's temperature ``0.1 mscale ln(factor) + 1`` (1 when ``factor <= 1``)."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+@dataclass(frozen=True)
+class YarnScaling:
+    """YaRN (Peng et al. 2023), as DeepSeek-V2 and V3 use it (Hugging Face's ``"yarn"``).
+
+    Pair ``i`` turns ``r_i = L theta_i / (2 pi)`` times within the pretraining context
+    ``L``. Pairs with ``r_i > beta_fast`` keep ``theta_i``; pairs with ``r_i < beta_slow``
+    are slowed to ``theta_i / factor``; a linear ramp over the pair index joins the two (its
+    ends rounded outwards when ``truncate``). The logits of the rotated parts grow with the
+    context, which YaRN tempers: ``cos`` and ``sin`` are multiplied by
+    :attr:`attention_factor`, ``0.1 mscale ln(factor) + 1`` over the same with
+    ``mscale_all_dim`` (or ``0.1 ln(factor) + 1`` without both). DeepSeek's attention also
+    multiplies its softmax scale by :attr:`softmax_factor`.
+
+    Args:
+        factor: the context extension, ``theta_i / factor`` for the slowest pairs (40 in
+            DeepSeek-V3).
+        original_max_positions: ``L``, the pretraining context (4096 in DeepSeek-V3).
+        beta_fast: rotations above which a pair keeps its frequency (32).
+        beta_slow: rotations below which a pair is fully slowed (1).
+        mscale: the temperature's coefficient in the numerator; ``None`` means none given.
+        mscale_all_dim: its coefficient in the denominator (and for the softmax factor).
+        truncate: round the ramp's ends to whole pair indices.
+        given_attention_factor: the ``cos`` and ``sin`` multiplier, when a checkpoint gives
+            it (``None``: :attr:`attention_factor` is computed from ``factor``, ``mscale``
+            and ``mscale_all_dim``).
+
+    Example:
+        >>> yarn = YarnScaling(factor=40.0, original_max_positions=4096, mscale=1.0,
+        ...                    mscale_all_dim=1.0)
+        >>> yarn.attention_factor, round(yarn.softmax_factor, 4)
+        (1.0, 1.8739)
+
+    Lesson: 08_rope (the frequencies), 07_mla (DeepSeek's attention).
+    """
+
+    factor: float
+    original_max_positions: int
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    truncate: bool = True
+    given_attention_factor: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("factor", "beta_fast", "beta_slow"):
+            check_positive_float(name, getattr(self, name))
+        if self.given_attention_factor is not None:
+            check_positive_float("given_attention_factor", self.given_attention_factor)
+        check_positive_int("original_max_positions", self.original_max_positions)
+        for name in ("mscale", "mscale_all_dim"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool)
+                                      or not isinstance(value, (int, float))):
+                raise TypeError(f"{name} must be a number or None; got {value!r}")
+        check_bool("truncate", self.truncate)
+
+    @property
+    def attention_factor(self) -> float:
+        """What ``cos`` and ``sin`` are multiplied by (each rotated logit by its square)."""
+        if self.given_attention_factor is not None:
+            return self.given_attention_factor
+        if self.mscale and self.mscale_all_dim:
+            return _yarn_mscale(self.factor, self.mscale) / _yarn_mscale(
+                self.factor, self.mscale_all_dim)
+        return _yarn_mscale(self.factor)
+
+    @property
+    def softmax_factor(self) -> float:
+        """What DeepSeek multiplies its softmax scale by: ``mscale(factor, mscale_all_dim)^2``
+        (1 without ``mscale_all_dim``)."""
+        return _yarn_mscale(self.factor, self.mscale_all_dim) ** 2 if self.mscale_all_dim else 1.0
+
+    def frequencies(self, theta: torch.Tensor, d: int, base: float) -> torch.Tensor:
+        """The rescaled ``theta'`` from the plain ``theta (d/2,)`` of width ``d`` and ``base``."""
+
+        def pair(rotations: float) -> float:  # the pair index that turns so many times in L
+            return d * math.log(self.original_max_positions / (rotations * 2 * math.pi)) / (
+                2 * math.log(base))
+
+        lo, hi = pair(self.beta_fast), pair(self.beta_slow)
+        if self.truncate:
+            lo, hi = math.floor(lo), math.ceil(hi)
+        lo, hi = max(lo, 0), min(hi, d - 1)
+        hi = hi + 0.001 if lo == hi else hi  # a ramp of zero width
+        i = torch.arange(d // 2, dtype=theta.dtype, device=theta.device)
+        ramp = ((i - lo) / (hi - lo)).clamp(0, 1)  # 0: kept (fast pairs), 1: slowed
+        return theta / self.factor * ramp + theta * (1 - ramp)
+
+
+RopeScaling = Llama3Scaling | YarnScaling
+
+
 def apply_rope(
     X: torch.Tensor,
     positions: torch.Tensor,
     *,
     base: float = 10000.0,
     interleaved: bool = False,
+    scaling: RopeScaling | None = None,
 ) -> torch.Tensor:
     """Rotate each row of ``X`` by its position: ``RoPE(x_m) = R_m x_m``.
 
@@ -71,6 +241,8 @@ def apply_rope(
             per-head tensors. Integers or reals; they continue across cache calls.
         base: RoPE base; ``theta_i = base^(-2i/d)``.
         interleaved: pair ``(2i, 2i+1)`` when True, ``(i, i + d/2)`` when False.
+        scaling: a :class:`Llama3Scaling` or :class:`YarnScaling` of the frequencies, or
+            None.
 
     Returns:
         ``(..., N, d)``, same dtype as ``X`` (angles in float64, the rotation in float32
@@ -86,24 +258,35 @@ def apply_rope(
 
     Lesson: 08_rope.
     """
-    _check_rope_inputs(X, positions, base, interleaved)
+    _check_rope_inputs(X, positions, base, interleaved, scaling)
+    return _apply_rope(X, positions, base=base, interleaved=interleaved, scaling=scaling)
+
+
+def _apply_rope(X, positions, *, base=10000.0, interleaved=False, scaling=None) -> torch.Tensor:
     positions = torch.as_tensor(positions, device=X.device)
-    cos, sin = rope_cos_sin(positions, X.shape[-1], base=base, dtype=_work_dtype(X.dtype))
+    cos, sin = _rope_cos_sin(positions, X.shape[-1], base=base, scaling=scaling,
+                             dtype=work_dtype(X.dtype))
     return rope_rotate(X, cos, sin, interleaved=interleaved)
 
 
-@entry_point
+apply_rope.unchecked = _apply_rope
+
+
 def rope_rotate(
     X: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool = False
 ) -> torch.Tensor:
     """Turn each pair ``(x, y)`` of ``X`` to ``(x cos - y sin, x sin + y cos)``.
 
     Compute ``cos`` and ``sin`` once (:func:`rope_cos_sin`) and rotate the queries and
-    the keys of a forward pass with them.
+    the keys of a forward pass with them; given in the full-width layout of
+    :func:`rope_tables`, they rotate in fewer operations, the same numbers. A building block
+    for callers that checked their inputs (the attention modules): it checks nothing;
+    :func:`apply_rope` is the checked way in.
 
     Args:
         X: ``(..., N, d)``.
-        cos: ``(..., N, d/2)``, broadcastable against the pairs of ``X``.
+        cos: ``(..., N, d/2)``, broadcastable against the pairs of ``X`` (or ``(..., N, d)``
+            from :func:`rope_tables`).
         sin: same shape as ``cos``.
         interleaved: pair ``(2i, 2i+1)`` when True, ``(i, i + d/2)`` when False.
 
@@ -112,71 +295,137 @@ def rope_rotate(
 
     Lesson: 08_rope.
     """
-    if not nested_call():
-        check_tensor("X", X, min_dim=1)
-        check_even("X.shape[-1]", X.shape[-1], "RoPE rotates coordinates in pairs")
     d = X.shape[-1]
-    Xw = X.to(cos.dtype)
-    x, y = (Xw[..., 0::2], Xw[..., 1::2]) if interleaved else (Xw[..., : d // 2], Xw[..., d // 2 :])
-    rx, ry = x * cos - y * sin, x * sin + y * cos  # (..., N, d/2) each: the rotated pairs
-    out = torch.stack((rx, ry), dim=-1).flatten(-2) if interleaved else torch.cat((rx, ry), -1)
-    return out.to(X.dtype)
+    Xw = X if X.dtype == cos.dtype else X.to(cos.dtype)
+    if cos.shape[-1] == d:  # full width: X cos + swap(X) sin, with each pair's y, x swapped
+        swapped = Xw.unflatten(-1, (-1, 2)).flip(-1).flatten(-2) if interleaved else Xw.roll(
+            d // 2, dims=-1)
+        out = Xw * cos + swapped * sin
+    else:
+        x, y = (Xw[..., 0::2], Xw[..., 1::2]) if interleaved else (Xw[..., : d // 2],
+                                                                  Xw[..., d // 2 :])
+        rx, ry = x * cos - y * sin, x * sin + y * cos  # (..., N, d/2) each: the rotated pairs
+        out = torch.stack((rx, ry), dim=-1).flatten(-2) if interleaved else torch.cat((rx, ry), -1)
+    return out if out.dtype == X.dtype else out.to(X.dtype)
 
 
-@entry_point
-def rope_cos_sin(
-    positions: torch.Tensor, d: int, *, base: float = 10000.0, dtype: torch.dtype = torch.float32
+def rope_tables(
+    cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``cos`` and ``sin`` of every pair's angle ``m * theta_i``, ``(..., N, d/2)`` each.
+    """``cos`` and ``sin`` laid out over all ``d`` coordinates, for :func:`rope_rotate`.
+
+    With ``C`` and ``S`` the results, ``rope_rotate(X, C, S)`` is ``X C + swap(X) S``: for
+    half-split pairs ``C = (cos | cos)``, ``S = (-sin | sin)`` and ``swap`` exchanges the two
+    halves; interleaved, each pair's entries are repeated and swapped in place. Both give
+    the numbers of the per-pair form exactly (each coordinate is one product plus another).
 
     Args:
-        positions: ``(..., N)`` positions ``m``.
+        cos: ``(..., N, d/2)`` from :func:`rope_cos_sin`.
+        sin: same shape.
+        interleaved: the pairing the tables are for.
+
+    Returns:
+        ``(C, S)``, each ``(..., N, d)``.
+
+    Equivalent to Hugging Face's ``cos`` and ``sin`` for ``rotate_half`` (half-split), with
+    the sign of ``rotate_half`` moved into ``S``.
+
+    Lesson: 08_rope.
+    """
+    if interleaved:
+        return cos.repeat_interleave(2, dim=-1), torch.stack((-sin, sin), dim=-1).flatten(-2)
+    return torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1)
+
+
+def rope_cos_sin(
+    positions: torch.Tensor,
+    d: int,
+    *,
+    base: float = 10000.0,
+    scaling: RopeScaling | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``m cos`` and ``m sin`` of every pair's angle ``pos * theta_i``, ``(..., N, d/2)`` each.
+
+    ``m`` is the scaling's ``attention_factor`` (1 without a scaling): rotating a query and
+    a key with these multiplies their dot product by ``m^2``, YaRN's temperature.
+
+    Args:
+        positions: ``(..., N)`` positions.
         d: rotated width (even).
         base: RoPE base.
+        scaling: a :class:`Llama3Scaling` or :class:`YarnScaling`, or None.
         dtype: dtype of the results (the angles themselves are float64).
 
     Returns:
         ``(cos, sin)``, each ``(..., N, d/2)`` in ``dtype``.
 
+    Equivalent to Hugging Face's rotary embeddings (``LlamaRotaryEmbedding``,
+    ``DeepseekV3RotaryEmbedding``), whose ``cos`` and ``sin`` repeat these for both halves
+    of the pairs.
+
     Lesson: 08_rope.
     """
-    _check_angle_inputs(positions, d, base)
-    angles = rope_angles(positions, d, base=base)  # (..., N, d/2), float64
-    return angles.cos().to(dtype), angles.sin().to(dtype)
+    _check_angle_inputs(positions, d, base, scaling)
+    return _rope_cos_sin(positions, d, base=base, scaling=scaling, dtype=dtype)
 
 
-@entry_point
-def rope_angles(positions: torch.Tensor, d: int, *, base: float = 10000.0) -> torch.Tensor:
+def _rope_cos_sin(positions, d, *, base=10000.0, scaling=None, dtype=torch.float32):
+    angles = _rope_angles(positions, d, base=base, scaling=scaling)  # (..., N, d/2), float64
+    m = 1.0 if scaling is None else scaling.attention_factor
+    cos, sin = angles.cos(), angles.sin()
+    if m != 1.0:
+        cos, sin = cos * m, sin * m
+    return cos.to(dtype), sin.to(dtype)
+
+
+rope_cos_sin.unchecked = _rope_cos_sin
+
+
+def rope_angles(
+    positions: torch.Tensor, d: int, *, base: float = 10000.0, scaling: RopeScaling | None = None
+) -> torch.Tensor:
     """Angles ``positions[..., None] * theta`` of every pair (float64).
 
     Args:
         positions: ``(...)`` integer or float positions.
         d: rotated width (even).
         base: RoPE base.
+        scaling: a :class:`Llama3Scaling` or :class:`YarnScaling` of ``theta``, or None.
 
     Returns:
         ``(..., d/2)`` float64 (float32 on MPS, which has no float64).
 
     Lesson: 08_rope.
     """
-    _check_angle_inputs(positions, d, base)
-    theta = rope_frequencies(d, base=base, device=positions.device)  # (d/2,)
+    _check_angle_inputs(positions, d, base, scaling)
+    return _rope_angles(positions, d, base=base, scaling=scaling)
+
+
+def _rope_angles(positions, d, *, base=10000.0, scaling=None) -> torch.Tensor:
+    theta = _rope_frequencies(d, base, scaling, positions.device)  # (d/2,)
     return positions.to(theta.dtype)[..., None] * theta
 
 
-@entry_point
 def rope_frequencies(
-    d: int, *, base: float = 10000.0, device: torch.device | str | None = None
+    d: int,
+    *,
+    base: float = 10000.0,
+    scaling: RopeScaling | None = None,
+    device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """The ``d/2`` angular frequencies ``theta_i = base^(-2i/d)``, ``i = 0 .. d/2 - 1`` (float64).
 
     Args:
         d: rotated width (even).
         base: RoPE base (10,000 in RoFormer; 500,000 in Llama 3).
+        scaling: a :class:`Llama3Scaling` or :class:`YarnScaling` that rescales them, or
+            None.
         device: where to build them.
 
     Returns:
-        ``(d/2,)`` float64 (float32 on MPS), from 1 down to ``base^(-(d-2)/d)``.
+        ``(d/2,)`` float64 (float32 on MPS), from 1 down to ``base^(-(d-2)/d)`` without a
+        scaling.
 
     Example:
         >>> rope_frequencies(4, base=100.0)
@@ -184,17 +433,23 @@ def rope_frequencies(
 
     Lesson: 08_rope.
     """
-    if not nested_call():
-        _check_width(d)
-        check_positive_float("base", base)
+    _check_width(d)
+    check_positive_float("base", base)
+    _check_scaling(scaling)
     device = torch.device("cpu") if device is None else torch.device(device)
+    return _rope_frequencies(d, float(base), scaling, device)
+
+
+def _rope_frequencies(
+    d: int, base: float, scaling: RopeScaling | None, device: torch.device
+) -> torch.Tensor:
     # Angles in float64 keep m * theta accurate at large positions; MPS has no float64.
     dtype = torch.float32 if device.type == "mps" else torch.float64
     i = torch.arange(d // 2, dtype=dtype, device=device)
-    return float(base) ** (-2.0 * i / d)
+    theta = float(base) ** (-2.0 * i / d)
+    return theta if scaling is None else scaling.frequencies(theta, d, float(base))
 
 
-@entry_point
 def rope_positions(
     positions: torch.Tensor | None,
     n: int,
@@ -206,7 +461,8 @@ def rope_positions(
 
     An attention module takes ``positions`` as ``(N,)`` or ``(B, N)``; the head axis is
     inserted here so they broadcast against ``(B, H, N, d)``. ``None`` means the next
-    ``n`` positions after ``start`` tokens (a cache's ``n_tokens``).
+    ``n`` positions after ``start`` tokens (a cache's ``n_tokens``). A building block for
+    the attention modules, which checked ``positions``: it checks nothing.
 
     Args:
         positions: ``(N,)``, ``(B, N)`` or None.
@@ -254,7 +510,7 @@ def rope_matrix(
 
     Lesson: 08_rope.
     """
-    angles = float(position) * rope_frequencies(d, base=base)  # (d/2,)
+    angles = float(position) * rope_frequencies(d, base=base)  # (d/2,); checks d and base
     R = torch.zeros(d, d, dtype=torch.float64)
     for i, a in enumerate(angles.tolist()):
         p, q = (2 * i, 2 * i + 1) if interleaved else (i, i + d // 2)
@@ -290,27 +546,35 @@ def rope_permutation(d: int) -> torch.Tensor:
     return torch.cat((torch.arange(0, d, 2), torch.arange(1, d, 2)))
 
 
-def _work_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Rotations of half-precision tensors are computed in float32."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-
-
 def _check_width(d: object) -> None:
     check_positive_int("d", d)
     check_even("d", d, "RoPE rotates coordinates in pairs")
 
 
-def _check_angle_inputs(positions: object, d: object, base: object) -> None:
-    if nested_call():
-        return
+def _check_scaling(scaling: object, name: str = "scaling") -> None:
+    if scaling is not None and not isinstance(scaling, (Llama3Scaling, YarnScaling)):
+        raise TypeError(
+            f"{name} must be None, an attnlib.rope.Llama3Scaling or an attnlib.rope.YarnScaling;"
+            f" got {type(scaling).__name__}"
+        )
+
+
+def check_rope_scaling(rope_scaling: object, rope_base: object) -> None:
+    """A module's ``rope_scaling``: None, or a scaling of the RoPE that ``rope_base`` sets up."""
+    _check_scaling(rope_scaling, "rope_scaling")
+    if rope_scaling is not None and rope_base is None:
+        raise ValueError(f"rope_scaling needs rope_base (a RoPE to scale); got {rope_scaling}")
+
+
+def _check_angle_inputs(positions: object, d: object, base: object, scaling: object) -> None:
     check_tensor("positions", positions, min_dim=0, floating=False)
     _check_width(d)
     check_positive_float("base", base)
+    _check_scaling(scaling)
 
 
-def _check_rope_inputs(X: object, positions: object, base: object, interleaved: object) -> None:
-    if nested_call():
-        return
+def _check_rope_inputs(X, positions, base, interleaved, scaling) -> None:
+    _check_scaling(scaling)
     check_tensor("X", X, min_dim=2)
     check_even("X.shape[-1]", X.shape[-1], "RoPE rotates coordinates in pairs")
     check_positive_float("base", base)

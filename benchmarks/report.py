@@ -10,6 +10,7 @@ disagree: both are made of :func:`rows`.
 - :func:`notes`: what each benchmark ran and how the ratio reads;
 - :func:`machine_line`: where and when the results were measured;
 - :func:`targets_line`: how many targets were met, and which were missed;
+- :func:`targets_text`: each target as the check run.py made, bound and sizes included;
 - :func:`problems` and :func:`load`: the schema of a results file, checked.
 """
 
@@ -96,12 +97,36 @@ def rows(results: dict) -> list[tuple[str, ...]]:
     out.append(("memory: tiled vs explicit", f"N={m['N']}", _bytes(m["extra_bytes"]["tiled"]),
                 _bytes(m["extra_bytes"]["explicit"]), f"{m['ratio']:.0f}x less",
                 _target(results, "memory_ratio"), f"max|dY| {m['max_abs_diff']:.1e}"))
+    for r in results["step"]:
+        s, case = r["seconds"], f"G={r['G']}, N={r['N']}"
+        out.append(("decode step: GQA / SDPA", case, _time(s["step"]), _time(s["sdpa"]),
+                    f"{r['step_over_sdpa']:.2f}x", "",
+                    "cached = causal" if r["outputs_agree"] else "OUTPUTS DIFFER"))
+    for r in results["step"]:
+        out.append(("decode step: bytes copied, N / N/2", f"G={r['G']}, N={r['N']}",
+                    _bytes(r["bytes_copied"]), _bytes(r["bytes_copied_half"]),
+                    f"{r['copied_ratio']:.2f}x", _target(results, "step_copies", N=r["N"]),
+                    f"new K, V row {_bytes(r['row_bytes'])}"))
+    a = results["mla"]
+    s, case = a["seconds"], f"N={a['N']}, d_L={a['d_latent']}"
+    agree = f"max|dY| {a['max_abs_diff']:.1e}"
+    out.append(("MLA step: absorbed auto / explicit", case, _time(s["absorbed"]),
+                _time(s["absorbed_explicit"]), f"{a['auto_over_explicit']:.2f}x",
+                _target(results, "mla_auto", N=a["N"]), agree))
+    out.append(("MLA step: rebuilt / absorbed", case, _time(s["rebuilt"]), _time(s["absorbed"]),
+                f"{a['rebuilt_over_absorbed']:.1f}x slower",
+                _target(results, "mla_absorbed_speedup", N=a["N"]), agree))
+    cache = a["cache_bytes"]
+    out.append(("MLA step: expanded / absorbed", case, _time(s["expanded"]),
+                _time(s["absorbed"]), f"{a['expanded_over_absorbed']:.2f}x", "",
+                f"cache {_bytes(cache['expanded'])} vs {_bytes(cache['latent'])}"))
     return out
 
 
 def notes(results: dict) -> list[str]:
     """What each benchmark ran, and how its ratio reads."""
-    p, h, m = results["profile"], results["hf"], results["memory"]
+    p, h, m, a = results["profile"], results["hf"], results["memory"], results["mla"]
+    g = results["step"][0]
     config = ", ".join(f"{key} {value}" for key, value in h["config"].items())
     first, last = p["context_first"], p["context_last"]
     return [
@@ -116,6 +141,14 @@ def notes(results: dict) -> list[str]:
         "HF loop = forward with a DynamicCache and logits_to_keep=1, HF generate = "
         "generate(do_sample=False, use_cache=True).",
         f"memory: (1, 1, N, 64) float32, block_size {m['block_size']}; {m['method']}.",
+        f"decode step: GroupedQueryAttention (d_in 2048, H {g['H']}, d_head {g['d_head']}, RoPE) "
+        "with N tokens in the cache its new_cache(max_tokens) makes, one new token; baseline "
+        "= SDPA (enable_gqa) on the same query and cached K, V; bytes copied = bytes written "
+        "by cat, copy_, clone, repeat_interleave and the like, at N and at N/2 tokens held.",
+        f"MLA step: MultiHeadLatentAttention (d_in 2048, H {a['H']}, d_head {a['d_head']}, "
+        f"d_L {a['d_latent']}, no query latent, no RoPE) with N tokens cached, one new token; "
+        "absorbed = absorbed=True, rebuilt = absorbed=False (K_h, V_h formed again), expanded "
+        "= the same layer as MHA caching K_h and V_h; outputs compared with expanded.",
         "times: medians over interleaved repeats.",
     ]
 
@@ -140,7 +173,45 @@ TARGET_ROWS = {
     "cached_step_flat": "decode: cached step, late / early",
     "attnlib_over_hf": "decode: attnlib / HF loop",
     "memory_ratio": "memory: tiled vs explicit",
+    "step_copies": "decode step: bytes copied, N / N/2",
+    "mla_auto": "MLA step: absorbed auto / explicit",
+    "mla_absorbed_speedup": "MLA step: rebuilt / absorbed",
 }
+
+
+# What each target checks, in words; filled in from the bounds and sizes in the results.
+TARGET_TEXT = {
+    "attention_auto_over_sdpa": "attention auto / SDPA: at N = {N}, attention(impl=\"auto\") "
+                                "takes at most {max:g} times SDPA's time",
+    "decode_speedup": "decode: cache vs none: generating {new_tokens} tokens takes at least "
+                      "{min:g} times longer without the cache than with it",
+    "cached_step_flat": "decode: cached step, late / early: over {new_tokens} new tokens, the "
+                        "median step of the last {window} takes at most {max:g} times the "
+                        "median of the first {window}",
+    "attnlib_over_hf": "decode: attnlib / HF loop: over {new_tokens} new tokens, attnlib's time "
+                       "per token is at most {max:g} times that of Hugging Face's loop with a "
+                       "DynamicCache",
+    "memory_ratio": "memory: tiled vs explicit: at N = {N}, the explicit path's peak extra "
+                    "memory is at least {min:g} times the tiled path's",
+    "step_copies": "decode step: bytes copied, N / N/2: for every G, a decode step against "
+                   "N = {N} cached tokens copies at most {max:g} times the bytes it copies "
+                   "against N/2",
+    "mla_auto": "MLA step: absorbed auto / explicit: at N = {N}, the absorbed path with "
+                "impl=\"auto\" takes at most {max:g} times its impl=\"explicit\" time, so "
+                "never more than {max:g} times the faster of the two",
+    "mla_absorbed_speedup": "MLA step: rebuilt / absorbed: at N = {N}, rebuilding every cached "
+                            "token's K_h and V_h takes at least {min:g} times the absorbed "
+                            "path's time",
+}
+
+
+def targets_text(results: dict) -> list[str]:
+    """Each judged target as the check it is, with the verdict: what run.py compares."""
+    out = []
+    for name, t in results["targets"].items():
+        text = TARGET_TEXT[name].format(**t)
+        out.append(f"{text[0].upper()}{text[1:]}: {'met' if t['met'] else 'MISSED'}.")
+    return out
 
 
 def targets_line(results: dict) -> str:
@@ -219,6 +290,33 @@ SCHEMA: dict[str, Any] = {
         "extra_bytes": {"explicit": int, "tiled": int},
         "ratio": float,
         "method": str,
+        "max_abs_diff": float,
+        "outputs_agree": bool,
+    },
+    "step": [{
+        "G": int,
+        "N": int,
+        "H": int,
+        "d_head": int,
+        "seconds": {"step": float, "sdpa": float},
+        "step_over_sdpa": float,
+        "bytes_copied": int,
+        "bytes_copied_half": int,
+        "copied_ratio": float,
+        "row_bytes": int,
+        "outputs_agree": bool,
+    }],
+    "mla": {
+        "N": int,
+        "H": int,
+        "d_head": int,
+        "d_latent": int,
+        "seconds": {"absorbed": float, "absorbed_explicit": float, "rebuilt": float,
+                    "expanded": float},
+        "auto_over_explicit": float,
+        "rebuilt_over_absorbed": float,
+        "expanded_over_absorbed": float,
+        "cache_bytes": {"latent": int, "expanded": int},
         "max_abs_diff": float,
         "outputs_agree": bool,
     },

@@ -33,3 +33,12 @@ def assert_hint(label: str, answer: object, hint: str, capsys) -> None:
     out = capsys.readouterr().out
     assert out == result.message + "\n" and out.startswith(f"{label}: "), out
     assert hint in out, out
+
+
+def randomise(module: torch.nn.Module, gen: torch.Generator) -> None:
+    """Replace every parameter with random numbers, so gains of 1 and biases of 0 hide nothing."""
+    with torch.no_grad():
+        for p in module.parameters():
+            noise = torch.randn(p.shape, generator=gen, dtype=p.dtype).to(p.device)
+            p.copy_(0.5 * noise + (1.0 if p.dim() == 1 else 0.0))
+

@@ -41,7 +41,7 @@ CALLABLES = [n for n in PUBLIC if callable(getattr(attnlib, n))]
 def test_all_is_exactly_the_contract():
     assert sorted(attnlib.__all__) == sorted(["__version__", *PUBLIC])
     assert len(attnlib.__all__) == 39  # 38 names and __version__
-    assert attnlib.__version__ == "0.2.0"
+    assert attnlib.__version__ == "0.3.0"
 
 
 @pytest.mark.parametrize("module,name", [(m, n) for m, names in CONTRACT.items() for n in names])

@@ -440,3 +440,17 @@ def test_bad_input_is_named(case, thunk, exc, fragments):
         thunk()
     for fragment in fragments:
         assert fragment in str(info.value), (case, str(info.value))
+
+
+def test_a_callback_feature_map_checks_its_own_arguments():
+    """linear_attention calls phi with checked Q and K, and positive_random_features inside a
+    lambda checks Omega as a direct call does (a ValueError naming Omega, not torch's
+    'mat1 and mat2 shapes cannot be multiplied')."""
+    Q, K, V = torch.randn(5, 4), torch.randn(7, 4), torch.randn(7, 2)
+    wrong = torch.randn(3, 8)  # 3 rows for rows of width 4
+    with pytest.raises(ValueError) as direct:
+        positive_random_features(Q, wrong)
+    with pytest.raises(ValueError) as inside:
+        linear_attention(Q, K, V, lambda X: positive_random_features(X, wrong))
+    assert str(inside.value) == str(direct.value)
+    assert "Omega" in str(inside.value) and "(3, 8)" in str(inside.value)

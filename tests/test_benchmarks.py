@@ -78,6 +78,14 @@ def test_quick_benchmark_run(tmp_path, device, report):
     assert mem["outputs_agree"] and mem["max_abs_diff"] <= 1e-4
     assert mem["extra_bytes"]["explicit"] > 0 and mem["extra_bytes"]["tiled"] >= 0
 
+    assert [(r["G"], r["N"]) for r in results["step"]] == [(32, 64), (8, 64), (1, 64)]
+    for r in results["step"]:  # what a step copies does not grow with the tokens held
+        assert r["outputs_agree"] and r["bytes_copied"] == r["bytes_copied_half"] > 0
+        assert r["bytes_copied"] >= r["row_bytes"] == 2 * r["G"] * 64 * 4  # the new row
+    mla = results["mla"]
+    assert mla["outputs_agree"] and mla["max_abs_diff"] <= 1e-4 and mla["N"] == 64
+    assert mla["cache_bytes"] == {"latent": 64 * 256 * 4, "expanded": 64 * 2 * 32 * 64 * 4}
+
     # one table on stdout with a row per measurement
     lines = done.stdout.splitlines()
     assert any(line.startswith("benchmark") for line in lines)
@@ -85,7 +93,9 @@ def test_quick_benchmark_run(tmp_path, device, report):
         "attention auto / SDPA": 2, "attention explicit / SDPA": 2,
         "decode: cache vs none": 2, "decode: cached step, late / early": 1,
         "decode: attnlib / HF loop": 1, "decode: attnlib / HF generate": 1,
-        "memory: tiled vs explicit": 1,
+        "memory: tiled vs explicit": 1, "decode step: GQA / SDPA": 3,
+        "decode step: bytes copied, N / N/2": 3, "MLA step: absorbed auto / explicit": 1,
+        "MLA step: rebuilt / absorbed": 1, "MLA step: expanded / absorbed": 1,
     }
     for label, count in rows.items():
         assert sum(line.startswith(label) for line in lines) == count, label
@@ -119,6 +129,14 @@ def test_rows_from_a_sample(report, sample):
         ("decode: cached step, late / early", "1024 new"),
         ("decode: attnlib / HF loop", "512 new"), ("decode: attnlib / HF generate", "512 new"),
         ("memory: tiled vs explicit", "N=16384"),
+        ("decode step: GQA / SDPA", "G=32, N=8192"), ("decode step: GQA / SDPA", "G=8, N=8192"),
+        ("decode step: GQA / SDPA", "G=1, N=8192"),
+        ("decode step: bytes copied, N / N/2", "G=32, N=8192"),
+        ("decode step: bytes copied, N / N/2", "G=8, N=8192"),
+        ("decode step: bytes copied, N / N/2", "G=1, N=8192"),
+        ("MLA step: absorbed auto / explicit", "N=4096, d_L=256"),
+        ("MLA step: rebuilt / absorbed", "N=4096, d_L=256"),
+        ("MLA step: expanded / absorbed", "N=4096, d_L=256"),
     ]
     by_case = {row[:2]: row[2:] for row in rows}
     assert by_case["attention auto / SDPA", "N=2048"] == (
@@ -129,16 +147,52 @@ def test_rows_from_a_sample(report, sample):
     assert by_case["decode: cached step, late / early", "1024 new"] == (
         "2.50 ms", "2.00 ms", "1.25x", "<= 1.5: met", "no cache: 15.0x")
     assert by_case["decode: attnlib / HF loop", "512 new"] == (
-        "2.00 ms/tok", "2.00 ms/tok", "1.00x", "<= 0.8: MISSED", "tokens identical")
+        "2.00 ms/tok", "2.00 ms/tok", "1.00x", "<= 0.6: MISSED", "tokens identical")
     assert by_case["memory: tiled vs explicit", "N=16384"] == (
         "32.0 MiB", "2.0 GiB", "64x less", ">= 20x: met", "max|dY| 1.5e-07")
     assert report.machine_line(sample) == (
         "Measured 2026-05-04 09:30 UTC on device cpu: Example CPU 9000 (16 logical CPUs, "
         "8 torch threads), Linux-6.1-x86_64; Python 3.11.7, torch 2.13.0+cpu, "
         "transformers 5.24.0, attnlib 0.2.0")
+    assert by_case["decode step: bytes copied, N / N/2", "G=8, N=8192"] == (
+        "14.8 KiB", "14.8 KiB", "1.00x", "<= 1: met", "new K, V row 4.0 KiB")
+    assert by_case["MLA step: absorbed auto / explicit", "N=4096, d_L=256"] == (
+        "10.00 ms", "20.00 ms", "0.50x", "<= 1.1: met", "max|dY| 3.0e-08")
+    assert by_case["MLA step: rebuilt / absorbed", "N=4096, d_L=256"] == (
+        "100.00 ms", "10.00 ms", "10.0x slower", ">= 5x: met", "max|dY| 3.0e-08")
     assert report.targets_line(sample) == (
-        "Targets: 4 of 5 met (missed: decode: attnlib / HF loop)")
+        "Targets: 7 of 8 met (missed: decode: attnlib / HF loop)")
     assert any("block_size 128" in note for note in report.notes(sample))
+
+
+def test_targets_text_says_what_run_py_checks(report, sample):
+    """The words the page prints for each target carry the bounds and sizes of TARGETS."""
+    run = _run_module()
+    assert set(report.TARGET_TEXT) == set(run.TARGETS) == set(report.TARGET_ROWS)
+    texts = report.targets_text(sample)
+    assert len(texts) == len(sample["targets"])
+    assert texts[3] == ("Decode: attnlib / HF loop: over 512 new tokens, attnlib's time per "
+                        "token is at most 0.6 times that of Hugging Face's loop with a "
+                        "DynamicCache: MISSED.")
+    assert ("MLA step: absorbed auto / explicit: at N = 4096, the absorbed path with "
+            'impl="auto" takes at most 1.1 times its impl="explicit" time, so never more than '
+            "1.1 times the faster of the two: met.") in texts
+    for name, goal in run.TARGETS.items():  # every bound and size appears in its sentence
+        text = report.TARGET_TEXT[name].format(**goal)
+        for value in goal.values():
+            assert f"{value:g}" in text, (name, value)
+
+
+def _run_module() -> ModuleType:
+    """benchmarks/run.py, imported with benchmarks/ on the path (for its TARGETS)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        spec = importlib.util.spec_from_file_location("benchmarks_run", SCRIPT)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return module
 
 
 def test_rows_leave_targets_blank_when_not_judged(report, sample):

@@ -1,6 +1,5 @@
 """KVCache, StaticKVCache and LatentCache bookkeeping: contents, token counts and bytes held;
-StaticKVCache against KVCache and a full causal call; multiply-add counts against PyTorch's
-FlopCounterMode and explicit sums."""
+StaticKVCache against KVCache and a full causal call."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ import torch
 
 import attnlib
 from attnlib import KVCache, LatentCache
-from attnlib.cache import StaticKVCache, decode_step_macs, generation_macs
+from attnlib.cache import StaticKVCache
 
 
 def test_kv_cache_appends_along_tokens(device):
@@ -128,56 +127,3 @@ def test_static_cache_rejects_a_new_shape():
     c.update(torch.zeros(2, 3, 4), torch.zeros(2, 3, 4))
     with pytest.raises(ValueError, match=r"K must match the cached shape"):
         c.update(torch.zeros(3, 1, 4), torch.zeros(3, 1, 4))
-
-
-# --- multiply-add counts against PyTorch's counter and explicit loops ---------------------
-
-SHAPE = dict(n_layers=2, d_model=16, n_heads=4, n_kv_heads=2, d_head=4, d_ff=40, vocab_size=30)
-
-
-@pytest.mark.parametrize("use_cache", [False, True])
-def test_generation_macs_match_pytorchs_flop_counter(use_cache):
-    # FlopCounterMode sees every matrix product but the fused attention kernel (on the CPU)
-    from torch.utils.flop_counter import FlopCounterMode
-
-    model = attnlib.TinyDecoder(
-        vocab_size=30, d_model=16, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=40, seed=0
-    )
-    with FlopCounterMode(display=False) as counter:
-        model.generate(torch.tensor([[1, 2, 3]]), 5, use_cache=use_cache)
-    steps = generation_macs(3, 5, use_cache=use_cache, **SHAPE)
-    assert counter.get_total_flops() == 2 * sum(s["other"] for s in steps)
-
-
-def test_attention_macs_match_the_formula_written_out():
-    from torch.utils.flop_counter import FlopCounterMode
-
-    Q, K, V = torch.randn(4, 3, 4), torch.randn(4, 7, 4), torch.randn(4, 7, 4)  # (H, N, d_head)
-    with FlopCounterMode(display=False) as counter:
-        torch.softmax(Q @ K.mT, dim=-1) @ V
-    got = decode_step_macs(3, 7, **{**SHAPE, "n_layers": 1})["attention"]
-    assert counter.get_total_flops() == 2 * got == 2 * 2 * 4 * 3 * 7 * 4
-
-
-def test_generation_attention_sums_are_the_closed_forms():
-    N = 50
-    width = SHAPE["n_layers"] * SHAPE["n_heads"] * SHAPE["d_head"]
-    recompute = sum(s["attention"] for s in generation_macs(1, N, use_cache=False, **SHAPE))
-    cached = sum(s["attention"] for s in generation_macs(1, N, use_cache=True, **SHAPE))
-    assert recompute == sum(2 * width * n * n for n in range(1, N + 1))
-    assert cached == sum(2 * width * n for n in range(1, N + 1))
-    assert recompute * 3 == cached * (2 * N + 1)
-
-
-@pytest.mark.parametrize(
-    ("call", "error", "pattern"),
-    [
-        (lambda: decode_step_macs(0, 4, **SHAPE), ValueError, r"n_q .*got 0"),
-        (lambda: decode_step_macs(1, 4, **{**SHAPE, "ffn": "swish"}), ValueError, r"ffn must"),
-        (lambda: generation_macs(1, -1, use_cache=True, **SHAPE), ValueError, r"n_new .*-1"),
-        (lambda: generation_macs(1, 2, use_cache=1, **SHAPE), TypeError, r"use_cache"),
-    ],
-)
-def test_macs_bad_input_names_the_argument(call, error, pattern):
-    with pytest.raises(error, match=pattern):
-        call()

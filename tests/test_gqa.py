@@ -18,7 +18,7 @@ from attnlib import (
     grouped_query_attention,
     key_padding_mask,
 )
-from attnlib.gqa import from_hf_llama_attention, gqa_from_mha
+from attnlib.gqa import gqa_from_mha
 from attnlib.memory import kv_cache_bytes
 
 
@@ -71,6 +71,26 @@ def test_functional_matches_sdpa_enable_gqa(device, H, G, impl, gen):
     ref_c = F.scaled_dot_product_attention(Q, K, V, attn_mask=allowed, enable_gqa=True)
     out_c = grouped_query_attention(Q, K, V, causal=True, impl=impl)
     torch.testing.assert_close(out_c, ref_c, **tolerances(torch.float32))
+
+
+@pytest.mark.parametrize("H,G", [(4, 2), (4, 1), (6, 3), (8, 8), (32, 1), (64, 2)])
+@pytest.mark.parametrize("impl", ["auto", "explicit"])
+@pytest.mark.parametrize("mask_kind", ["none", "shared", "per-head"])
+def test_one_query_per_head_matches_sdpa_enable_gqa(device, H, G, impl, mask_kind, gen):
+    """Decoding (N_Q = 1): the s query heads of a group are read as s rows against its K/V."""
+    Q = torch.randn(2, H, 1, 8, generator=gen).to(device)
+    K = torch.randn(2, G, 9, 8, generator=gen).to(device)
+    V = torch.randn(2, G, 9, 3, generator=gen).to(device)
+    mask = {
+        "none": None,
+        "shared": torch.rand(2, 1, 1, 9, generator=gen).to(device) > 0.3,
+        "per-head": torch.rand(2, H, 1, 9, generator=gen).to(device) > 0.3,
+    }[mask_kind]
+    if mask is not None:
+        mask[..., 0] = True  # every row keeps a key: SDPA's fully masked rows differ by version
+    ref = F.scaled_dot_product_attention(Q, K, V, attn_mask=mask, enable_gqa=True)
+    out = grouped_query_attention(Q, K, V, mask=mask, causal=True, impl=impl)
+    torch.testing.assert_close(out, ref, **tolerances(torch.float32))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -289,10 +309,8 @@ def test_mean_is_the_closest_single_block():
          ["attn.n_kv_heads", "divisible", "4"]),
         (lambda: gqa_from_mha(MultiHeadAttention(8, 6, 2), 0), ValueError, ["n_kv_heads", "0"]),
         (lambda: gqa_from_mha(MultiHeadAttention(8, 6, 2), 2.0), TypeError, ["n_kv_heads"]),
-        (lambda: from_hf_llama_attention(torch.nn.Linear(4, 4)), TypeError,
-         ["hf_attention", "LlamaAttention", "Linear"]),
     ],
-    ids=["not-a-layer", "not-a-divisor", "zero", "float", "hf-not-llama"],
+    ids=["not-a-layer", "not-a-divisor", "zero", "float"],
 )
 def test_conversion_errors_name_the_argument(thunk, error, fragments):
     with pytest.raises(error) as info:
@@ -300,34 +318,3 @@ def test_conversion_errors_name_the_argument(thunk, error, fragments):
     message = str(info.value)
     for fragment in fragments:
         assert fragment in message, message
-
-
-@pytest.mark.parametrize("H,G", [(4, 2), (4, 1), (4, 4)])
-@torch.no_grad()
-def test_from_hf_llama_attention_matches_llama_attention(H, G):
-    transformers = pytest.importorskip("transformers")
-    from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
-
-    config = transformers.LlamaConfig(hidden_size=16, num_attention_heads=H,
-                                      num_key_value_heads=G, head_dim=6, rope_theta=5000.0,
-                                      attn_implementation="eager")
-    hf = LlamaAttention(config, layer_idx=0).eval()
-    attn = from_hf_llama_attention(hf)
-    assert (attn.n_heads, attn.n_kv_heads, attn.d_head, attn.rope_base) == (H, G, 6, 5000.0)
-    assert torch.equal(attn.W_K, hf.k_proj.weight.T)
-    X = torch.randn(2, 7, 16)
-    cos_sin = LlamaRotaryEmbedding(config)(X, torch.arange(7)[None])
-    allowed = causal_mask(7)
-    additive = torch.zeros(7, 7).masked_fill(~allowed, torch.finfo(torch.float32).min)
-    Y_hf = hf(X, position_embeddings=cos_sin, attention_mask=additive[None, None])[0]
-    torch.testing.assert_close(attn(X, causal=True), Y_hf, rtol=2e-5, atol=1e-6)
-
-
-def test_from_hf_llama_attention_rejects_biases():
-    transformers = pytest.importorskip("transformers")
-    from transformers.models.llama.modeling_llama import LlamaAttention
-
-    config = transformers.LlamaConfig(hidden_size=8, num_attention_heads=2,
-                                      num_key_value_heads=1, head_dim=4, attention_bias=True)
-    with pytest.raises(ValueError, match="biases"):
-        from_hf_llama_attention(LlamaAttention(config, layer_idx=0))

@@ -2,7 +2,7 @@
 
 Each test builds a tiny random configuration (nothing is downloaded), instantiates the
 Hugging Face module directly, and ports its weights into attnlib with attnlib's own
-converters, ``attnlib.gqa.from_hf_llama_attention`` and ``attnlib.mla.mla_from_deepseek``
+converters, ``attnlib.convert.from_hf_llama_attention`` and ``attnlib.convert.mla_from_deepseek``
 (attnlib multiplies from the right, so ``W_Q = q_proj.weight.T`` and so on). The outputs
 must agree to float32 precision.
 
@@ -14,21 +14,27 @@ compares a whole ``TinyDecoder`` with ``LlamaForCausalLM``, which builds its own
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import pytest
 import torch
 from torch.testing import assert_close
+
+pytest.importorskip("transformers")  # the references; installed from requirements.txt
+
 from transformers import DeepseekV3Config, DynamicCache, LlamaConfig, LlamaForCausalLM
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import (
     DeepseekV3Attention,
     DeepseekV3RotaryEmbedding,
 )
-from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
+from transformers.models.llama.modeling_llama import (
+    LlamaAttention,
+    LlamaRotaryEmbedding,
+)
 
 from attnlib import GroupedQueryAttention, KVCache, LatentCache, TinyDecoder
-from attnlib.gqa import from_hf_llama_attention
-from attnlib.mla import mla_from_deepseek
+from attnlib.convert import from_hf_llama_attention, mla_from_deepseek
 
 # rtol 2e-5 is the target precision. atol covers entries that come out near zero through
 # cancellation: such an entry sums terms of size ~0.1 to 1 with float32 rounding
@@ -121,7 +127,9 @@ def run_hf(
     n = X.shape[-2]
     cos_sin = rotary(X, position_ids(start, n, X.device))
     mask = additive_causal_mask(n, start + n, X.device)
-    return hf(X, position_embeddings=cos_sin, attention_mask=mask, cache=cache)[0]
+    # the cache's keyword: past_key_values in transformers 5.0 (Colab's), cache later
+    name = "cache" if "cache" in inspect.signature(hf.forward).parameters else "past_key_values"
+    return hf(X, position_embeddings=cos_sin, attention_mask=mask, **{name: cache})[0]
 
 
 @torch.no_grad()
@@ -196,7 +204,8 @@ def deepseek(
     )
     hf = DeepseekV3Attention(config, layer_idx=0).to(device).eval()
     with torch.no_grad():  # the RMSNorm gains start at 1; random gains test their mapping
-        for norm in (hf.kv_a_layernorm, hf.q_a_layernorm):
+        # transformers 5.0 has no q_a_layernorm without a query latent; later releases, None
+        for norm in (hf.kv_a_layernorm, getattr(hf, "q_a_layernorm", None)):
             if norm is not None:
                 norm.weight.uniform_(0.5, 1.5)
     # No rope_scaling, hence no YaRN mscale: the softmax scale is 1/sqrt(d_head + d_R).

@@ -1,93 +1,25 @@
-"""Norms, feed-forward networks, transformer blocks and TinyDecoder.
+"""Feed-forward networks, transformer blocks and TinyDecoder (the norms: tests/test_norms.py).
 
-References: torch's own ``F.layer_norm``, ``nn.LayerNorm``, ``nn.RMSNorm``, ``F.rms_norm``,
-``nn.Linear`` and ``F.embedding``; formulas written out with ``F.relu``/``F.gelu``/``F.silu``;
-the residual equations of each norm placement recomputed here from the block's parts; and
-properties (permutation equivariance, causality, cache equivalence) that hold whatever the
-weights are. The comparison of GroupedQueryAttention with ``nn.MultiheadAttention`` lives in
-tests/test_gqa.py.
+References: torch's own ``nn.Linear`` and ``F.embedding``; formulas written out with
+``F.relu``/``F.gelu``/``F.silu``; the residual equations of each norm placement recomputed
+here from the block's parts; and properties (permutation equivariance, causality, cache
+equivalence) that hold whatever the weights are. The comparison of GroupedQueryAttention
+with ``nn.MultiheadAttention`` lives in tests/test_gqa.py.
 """
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 import torch.nn.functional as F
-from attnlib_testing import tolerances
+from attnlib_testing import randomise, tolerances
 
 from attnlib.cache import KVCache, LatentCache
 from attnlib.layers import FeedForward, TinyDecoder, TransformerBlock
 from attnlib.masks import key_padding_mask
-from attnlib.norms import LayerNorm, RMSNorm, layer_norm, rms_norm
+from attnlib.norms import LayerNorm, RMSNorm, layer_norm
 
 F64 = torch.float64
-
-
-def _randomise(module: torch.nn.Module, gen: torch.Generator) -> None:
-    """Replace every parameter with random numbers, so gains of 1 and biases of 0 hide nothing."""
-    with torch.no_grad():
-        for p in module.parameters():
-            noise = torch.randn(p.shape, generator=gen, dtype=p.dtype).to(p.device)
-            p.copy_(0.5 * noise + (1.0 if p.dim() == 1 else 0.0))
-
-
-# --- norms -----------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, F64])
-def test_layer_norm_matches_torch(device, gen, dtype):
-    x = (3 * torch.randn(4, 5, 16, generator=gen, dtype=dtype) + 2).to(device)
-    ours = LayerNorm(16, eps=1e-5, device=device, dtype=dtype)
-    theirs = torch.nn.LayerNorm(16, eps=1e-5, device=device, dtype=dtype)
-    _randomise(ours, gen)
-    with torch.no_grad():
-        theirs.weight.copy_(ours.gamma)
-        theirs.bias.copy_(ours.beta)
-    torch.testing.assert_close(ours(x), theirs(x), **tolerances(dtype))
-    ref = F.layer_norm(x, (16,), ours.gamma, ours.beta, 1e-5)
-    torch.testing.assert_close(layer_norm(x, ours.gamma, ours.beta, 1e-5), ref, **tolerances(dtype))
-    # with unit gains and zero shifts each row has mean 0 and biased variance ~1
-    y = layer_norm(x.to(F64))
-    torch.testing.assert_close(y.mean(-1), torch.zeros(4, 5, dtype=F64, device=device))
-    torch.testing.assert_close(y.var(-1, unbiased=False), torch.full((4, 5), 1.0, dtype=F64,
-                               device=device), atol=1e-4, rtol=1e-4)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, F64])
-def test_rms_norm_matches_formula_and_torch(device, gen, dtype):
-    x = (torch.randn(3, 7, 12, generator=gen, dtype=dtype) + 1).to(device)
-    norm = RMSNorm(12, eps=1e-6, device=device, dtype=dtype)
-    _randomise(norm, gen)
-    # the formula, one row at a time: x / sqrt(sum(x_i^2) / d + eps) * g
-    ref = torch.empty_like(x)
-    for b in range(3):
-        for n in range(7):
-            row = x[b, n]
-            ref[b, n] = row / torch.sqrt(sum(v * v for v in row) / 12 + 1e-6) * norm.g
-    torch.testing.assert_close(norm(x), ref, **tolerances(dtype))
-    torch_norm = torch.nn.RMSNorm(12, eps=1e-6, device=device, dtype=dtype)
-    with torch.no_grad():
-        torch_norm.weight.copy_(norm.g)
-    torch.testing.assert_close(norm(x), torch_norm(x), **tolerances(dtype))
-    # no recentring: a constant row c maps to c / sqrt(c^2 + eps) * g, about sign(c) * g
-    const = torch.full((12,), -4.0, dtype=dtype, device=device)
-    expected = -4.0 / math.sqrt(16.0 + 1e-6) * norm.g.detach()
-    torch.testing.assert_close(rms_norm(const, norm.g), expected, **tolerances(dtype))
-
-
-def test_norms_in_bfloat16_compute_in_float32(device, gen):
-    x = torch.randn(2, 9, 32, generator=gen).to(device)
-    g = torch.rand(32, generator=gen).to(device) + 0.5
-    b = torch.randn(32, generator=gen).to(device)
-    xb, gb, bb = x.bfloat16(), g.bfloat16(), b.bfloat16()
-    ref_ln = F.layer_norm(xb.float(), (32,), gb.float(), bb.float()).bfloat16()
-    ref_rms = F.rms_norm(xb.float(), (32,), gb.float(), 1e-6).bfloat16()
-    out_ln, out_rms = layer_norm(xb, gb, bb), rms_norm(xb, gb)
-    assert out_ln.dtype == out_rms.dtype == torch.bfloat16
-    torch.testing.assert_close(out_ln, ref_ln, **tolerances(torch.bfloat16))
-    torch.testing.assert_close(out_rms, ref_rms, **tolerances(torch.bfloat16))
 
 
 # --- feed-forward ----------------------------------------------------------------------
@@ -97,7 +29,7 @@ def test_norms_in_bfloat16_compute_in_float32(device, gen):
 @pytest.mark.parametrize("bias", [False, True])
 def test_feed_forward_matches_formula(device, gen, kind, bias):
     ffn = FeedForward(8, 20, kind, bias=bias, device=device, dtype=F64)
-    _randomise(ffn, gen)
+    randomise(ffn, gen)
     x = torch.randn(2, 5, 8, generator=gen, dtype=F64).to(device)
     if kind == "swiglu":
         gate, up = x @ ffn.W_gate, x @ ffn.W_up
@@ -116,7 +48,7 @@ def test_feed_forward_matches_formula(device, gen, kind, bias):
 @pytest.mark.parametrize("kind", ["relu", "gelu"])
 def test_mlp_matches_torch_linear_layers(gen, kind):
     ffn = FeedForward(6, 10, kind, bias=True, dtype=F64)
-    _randomise(ffn, gen)
+    randomise(ffn, gen)
     act = torch.nn.ReLU() if kind == "relu" else torch.nn.GELU()
     net = torch.nn.Sequential(torch.nn.Linear(6, 10), act, torch.nn.Linear(10, 6)).to(F64)
     with torch.no_grad():  # nn.Linear stores the transpose of a right-multiplying weight
@@ -148,7 +80,7 @@ def _ffn_ref(ffn: FeedForward, x: torch.Tensor) -> torch.Tensor:
 def test_block_is_its_residual_equation(device, gen, placement, norm_kind, cross):
     block = TransformerBlock(16, 4, n_kv_heads=2, d_ff=24, norm=placement, norm_kind=norm_kind,
                              rope_base=10000.0, cross_attention=cross, device=device, dtype=F64)
-    _randomise(block, gen)
+    randomise(block, gen)
     x = torch.randn(2, 6, 16, generator=gen, dtype=F64).to(device)
     memory = torch.randn(2, 4, 16, generator=gen, dtype=F64).to(device) if cross else None
 
@@ -399,3 +331,132 @@ def _bad_cases():
 def test_bad_input_names_the_argument(argument, call, error):
     with pytest.raises(error, match=argument):
         call()
+
+
+# --- what trained weights depend on: the names in state_dict ---------------------------
+
+
+def _block_keys(i: int, attn: list[str], extra: list[str] = ()) -> list[str]:
+    return ([f"blocks.{i}.attn.{n}" for n in attn] + [f"blocks.{i}.attn_norm.g"]
+            + [f"blocks.{i}.ffn.{n}" for n in ("W_gate", "W_up", "W_down")]
+            + [f"blocks.{i}.ffn_norm.g"] + [f"blocks.{i}.{n}" for n in extra])
+
+
+def test_state_dict_keys_are_pinned():
+    """Weights saved from a TinyDecoder load into this one: the keys, and their order, of
+    attnlib 0.2, written out."""
+    gqa = TinyDecoder(50, 16, 2, 4, n_kv_heads=2, attention="gqa", seed=0)
+    assert list(gqa.state_dict()) == [
+        "E",
+        *_block_keys(0, ["W_Q", "W_K", "W_V", "W_O"]),
+        *_block_keys(1, ["W_Q", "W_K", "W_V", "W_O"]),
+        "final_norm.g",
+    ]
+    mla = TinyDecoder(50, 16, 2, 4, attention="mla", d_latent=6, d_latent_q=5, d_rope=4,
+                      norm="peri", seed=0)
+    mla_weights = ["W_L", "W_LK", "W_LV", "W_LQ", "W_LQQ", "W_O", "W_QR", "W_KR"]
+    assert list(mla.state_dict()) == [
+        "E",
+        *_block_keys(0, mla_weights, ["attn_out_norm.g", "ffn_out_norm.g"]),
+        *_block_keys(1, mla_weights, ["attn_out_norm.g", "ffn_out_norm.g"]),
+        "emb_norm.g",
+        "final_norm.g",
+    ]
+    untied = TinyDecoder(50, 16, 1, 4, norm="post", tie_weights=False, seed=0)
+    assert list(untied.state_dict()) == ["E", "W_out", *_block_keys(0, ["W_Q", "W_K", "W_V",
+                                                                         "W_O"])]
+
+
+# --- checks run once per call -------------------------------------------------------------
+
+
+def _check_calls(fn) -> int:
+    """Calls of attnlib functions named check_* or _check* while ``fn()`` runs."""
+    import sys
+    from pathlib import Path
+
+    import attnlib
+
+    package, calls = str(Path(attnlib.__file__).parent), []
+
+    def hook(frame, event, arg):
+        code = frame.f_code
+        if (event == "call" and code.co_filename.startswith(package)
+                and code.co_name.startswith(("check_", "_check"))):
+            calls.append(code.co_name)
+
+    sys.setprofile(hook)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return len(calls)
+
+
+@pytest.mark.parametrize("attention", ["gqa", "mla"])
+def test_generate_checks_its_arguments_once_not_per_step(attention):
+    kw = {"d_latent": 6, "d_rope": 4} if attention == "mla" else {"n_kv_heads": 2}
+    ids = torch.tensor([[1, 2, 3]])
+    one_layer = TinyDecoder(30, 16, 1, 4, attention=attention, seed=0, **kw)
+    three_layers = TinyDecoder(30, 16, 3, 4, attention=attention, seed=0, **kw)
+    counts = {(n, m.n_layers): _check_calls(lambda m=m, n=n: m.generate(ids, n))
+              for m in (one_layer, three_layers) for n in (1, 8)}
+    for n_layers in (1, 3):  # the same checks, however many tokens are generated
+        assert counts[1, n_layers] == counts[8, n_layers], counts
+    assert 0 < counts[1, 1] <= 6, counts
+    # more layers add only the check of each preallocated cache's size, when it is made
+    assert counts[1, 3] - counts[1, 1] == 2, counts
+
+
+def test_a_forward_checks_once_and_its_sublayers_not_at_all():
+    block = TransformerBlock(16, 4, n_kv_heads=2)
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        assert _check_calls(lambda: block._forward(x, causal=True)) == 0
+        assert _check_calls(lambda: block(x, causal=True)) > 0
+
+
+# --- the registry of attention variants --------------------------------------------------
+
+
+def test_a_registered_variant_is_built_by_blocks_and_decoders():
+    from attnlib.gqa import GroupedQueryAttention
+    from attnlib.variants import ATTENTION, register_attention
+
+    @register_attention("test-mqa")
+    def build(d_model, n_heads, d_head, *, rope_base=None, device=None, dtype=None):
+        return GroupedQueryAttention(d_model, n_heads, 1, d_head, rope_base=rope_base,
+                                     device=device, dtype=dtype)
+
+    try:
+        model = TinyDecoder(30, 16, 2, 4, attention="test-mqa", seed=0)
+        assert all(b.attn.n_kv_heads == 1 for b in model.blocks)
+        ids = torch.tensor([[3, 1, 4]])
+        assert torch.equal(model.generate(ids, 5), model.generate(ids, 5, use_cache=False))
+        with pytest.raises(ValueError, match=r"d_latent applies to attention='mla' only"):
+            TransformerBlock(16, 4, attention="test-mqa", d_latent=4)
+        with pytest.raises(ValueError, match="is registered"):
+            register_attention("test-mqa")(build)
+    finally:
+        del ATTENTION["test-mqa"]
+    with pytest.raises(ValueError, match=r"attention must be one of \['gqa', 'mla'\]"):
+        TransformerBlock(16, 4, attention="test-mqa")
+
+
+@pytest.mark.parametrize("attention", ["gqa", "mla"])
+def test_new_caches_with_room_equal_growing_caches(attention):
+    from attnlib.cache import StaticKVCache, StaticLatentCache
+
+    kw = {"d_latent": 6, "d_rope": 4} if attention == "mla" else {"n_kv_heads": 2}
+    model = TinyDecoder(30, 16, 2, 4, attention=attention, seed=0, **kw)
+    static = model.new_caches(max_tokens=12)
+    kind = StaticLatentCache if attention == "mla" else StaticKVCache
+    assert all(type(c) is kind for c in static)
+    growing = model.new_caches()
+    ids = torch.randint(0, 30, (2, 10))
+    with torch.no_grad():
+        for piece in (ids[:, :4], ids[:, 4:5], ids[:, 5:]):
+            torch.testing.assert_close(model(piece, caches=static), model(piece, caches=growing))
+        assert [c.n_tokens for c in static] == [10, 10]
+        with pytest.raises(ValueError, match="max_tokens=12"):
+            model(ids[:, :3], caches=static)

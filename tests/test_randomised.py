@@ -181,8 +181,12 @@ def test_sketch_proposal_with_the_identity_is_P():
 
 def test_importance_attention_rejects_bad_input():
     Q, K, V = _qkv(16)
-    with pytest.raises(ValueError, match="proposal must be non-negative of shape"):
+    with pytest.raises(ValueError, match=r"proposal must have shape \(\.\.\., N_Q, N_KV\)"):
         R.importance_attention(Q, K, V, torch.ones(5, 11, dtype=F64), 3)
+    with pytest.raises(ValueError, match="proposal must be non-negative"):
+        R.importance_attention(Q, K, V, -torch.ones(5, 12, dtype=F64), 3)
+    with pytest.raises(TypeError, match="proposal must have Q's dtype"):
+        R.importance_attention(Q, K, V, torch.ones(5, 12), 3)
     with pytest.raises(ValueError, match="m must be a positive int"):
         R.importance_attention(Q, K, V, torch.ones(5, 12, dtype=F64), 0)
     with pytest.raises(ValueError, match="Q and K must share the last dimension"):

@@ -162,3 +162,106 @@ def test_no_process_wide_table_cache():
     """cos/sin are computed per call: no function of attnlib.rope memoises its results."""
     cached = [name for name, f in vars(attnlib.rope).items() if hasattr(f, "cache_info")]
     assert cached == []
+
+
+# --- frequency scalings of long-context checkpoints, against Hugging Face ------------------
+
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 64}
+YARN = {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 64,
+        "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 0.7}
+
+
+def _scaling(params: dict):
+    if params["rope_type"] == "llama3":
+        return attnlib.rope.Llama3Scaling(
+            factor=params["factor"], low_freq_factor=params["low_freq_factor"],
+            high_freq_factor=params["high_freq_factor"],
+            original_max_positions=params["original_max_position_embeddings"])
+    return attnlib.rope.YarnScaling(
+        factor=params["factor"], original_max_positions=params["original_max_position_embeddings"],
+        beta_fast=params["beta_fast"], beta_slow=params["beta_slow"], mscale=params["mscale"],
+        mscale_all_dim=params["mscale_all_dim"])
+
+
+@pytest.mark.parametrize("params", [LLAMA3, YARN], ids=["llama3", "yarn"])
+@pytest.mark.parametrize("base", [10000.0, 500000.0])
+def test_scaled_cos_sin_match_hugging_faces_rotary_embedding(params, base):
+    """cos and sin (attention factor included) equal LlamaRotaryEmbedding's for the same
+    rope_parameters, at positions inside and far beyond the pretraining context."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    d = 32
+    config = transformers.LlamaConfig(hidden_size=64, num_attention_heads=2, head_dim=d,
+                                      max_position_embeddings=4096,
+                                      rope_parameters={**params, "rope_theta": base})
+    hf = LlamaRotaryEmbedding(config)
+    pos = torch.tensor([[0, 1, 5, 63, 64, 300, 1000]])
+    cos_hf, sin_hf = hf(torch.zeros(1, 7, 64), pos)  # (1, N, d): both halves the same
+    scaling = _scaling(params)
+    cos, sin = attnlib.rope.rope_cos_sin(pos[0], d, base=base, scaling=scaling)
+    torch.testing.assert_close(cos, cos_hf[0, :, : d // 2], rtol=0, atol=2e-4)
+    torch.testing.assert_close(sin, sin_hf[0, :, : d // 2], rtol=0, atol=2e-4)
+    assert scaling.attention_factor == pytest.approx(hf.attention_scaling, rel=1e-12)
+    theta = rope_frequencies(d, base=base, scaling=scaling)
+    torch.testing.assert_close(theta, hf.inv_freq.double(), rtol=1e-6, atol=0)
+
+
+def test_scalings_slow_only_the_long_wavelengths():
+    d, base = 64, 10000.0
+    plain = rope_frequencies(d, base=base)
+    for scaling in (_scaling(LLAMA3), _scaling(YARN)):
+        ratio = rope_frequencies(d, base=base, scaling=scaling) / plain
+        assert ratio[0] == 1.0 and ratio[-1] == pytest.approx(1 / scaling.factor)
+        assert bool((ratio[1:] <= ratio[:-1] * (1 + 1e-12)).all())  # fast to slow: monotone
+
+
+def test_deepseek_v3_yarn_frequencies_and_softmax_factor():
+    """DeepSeek-V3's published rope_parameters (YaRN, factor 40 over 4,096 positions, d_R 64)
+    against DeepseekV3RotaryEmbedding and DeepseekV3Attention's softmax scale."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import (
+        DeepseekV3Attention,
+        DeepseekV3RotaryEmbedding,
+    )
+
+    params = {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096,
+              "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0,
+              "rope_theta": 10000.0}
+    config = transformers.DeepseekV3Config(
+        hidden_size=64, num_attention_heads=2, num_key_value_heads=2, q_lora_rank=None,
+        kv_lora_rank=16, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=16,
+        max_position_embeddings=163840, rope_parameters=params)
+    yarn = attnlib.rope.YarnScaling(40.0, 4096, mscale=1.0, mscale_all_dim=1.0)
+    hf = DeepseekV3RotaryEmbedding(config)
+    torch.testing.assert_close(rope_frequencies(64, base=10000.0, scaling=yarn),
+                               hf.inv_freq.double(), rtol=1e-6, atol=0)
+    assert yarn.attention_factor == hf.attention_scaling == 1.0
+    scale = DeepseekV3Attention(config, layer_idx=0).scaling
+    assert scale == pytest.approx(yarn.softmax_factor / math.sqrt(128 + 64), rel=1e-12)
+    mla = MultiHeadLatentAttention(64, 2, 128, 16, d_rope=64, d_v=16, rope_scaling=yarn)
+    assert mla.scale == pytest.approx(scale, rel=1e-12)
+
+
+def test_scaling_bad_input_names_the_argument():
+    with pytest.raises(TypeError, match="scaling must be None"):
+        apply_rope(torch.randn(3, 4), torch.arange(3), scaling={"rope_type": "yarn"})
+    with pytest.raises(ValueError, match="rope_scaling needs rope_base"):
+        GroupedQueryAttention(16, 4, 2, 4, rope_scaling=attnlib.rope.Llama3Scaling())
+    with pytest.raises(ValueError, match="high_freq_factor must be larger"):
+        attnlib.rope.Llama3Scaling(low_freq_factor=4.0, high_freq_factor=1.0)
+    with pytest.raises(ValueError, match="factor"):
+        attnlib.rope.YarnScaling(factor=0.0, original_max_positions=4096)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_full_width_tables_rotate_to_the_same_numbers(interleaved, gen):
+    X = torch.randn(2, 3, 5, 8, generator=gen)
+    cos, sin = attnlib.rope.rope_cos_sin(torch.arange(5) * 37, 8, base=500.0)
+    per_pair = attnlib.rope.rope_rotate(X, cos, sin, interleaved=interleaved)
+    C, S = attnlib.rope.rope_tables(cos, sin, interleaved=interleaved)
+    assert C.shape == S.shape == (5, 8)
+    assert torch.equal(attnlib.rope.rope_rotate(X, C, S, interleaved=interleaved), per_pair)
+    torch.testing.assert_close(per_pair, apply_rope(X, torch.arange(5) * 37, base=500.0,
+                                                    interleaved=interleaved))

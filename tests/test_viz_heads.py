@@ -38,17 +38,6 @@ def _patterns(n_heads: int, d_head: int, d_in: int, n: int, seed: int) -> np.nda
     return np.stack(out)
 
 
-def test_draw_layer_is_the_documented_draw_and_heads_are_column_blocks():
-    X, W_Q, W_K, W_V, W_O = vh.draw_layer(3, 4, d_in=8, n_tokens=5, seed=2)
-    ref = _draw(8, 5, 2)
-    np.testing.assert_allclose(X.numpy(), ref[0])
-    for got, full in zip((W_Q, W_K, W_V), ref[1:4], strict=True):
-        np.testing.assert_allclose(got.numpy(), full[:, :12])
-    np.testing.assert_allclose(W_O.numpy(), ref[4][:12])
-    # at a fixed d_head, more heads keep the old ones
-    assert torch.equal(vh.draw_layer(2, 4, d_in=8, n_tokens=5, seed=2)[1], W_Q[:, :8])
-
-
 @pytest.mark.parametrize(("n_heads", "d_head"), [(1, 16), (2, 4), (4, 4), (8, 2)])
 def test_head_patterns_match_a_loop_over_heads(n_heads, d_head):
     P = vh.head_patterns(n_heads, d_head, seed=1)

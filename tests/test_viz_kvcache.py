@@ -20,11 +20,6 @@ from attnlib.viz import kvcache as vk
 SHAPE = dict(n_layers=2, d_model=16, n_heads=4, n_kv_heads=2, d_head=4, d_ff=40, vocab_size=30)
 
 
-def test_fit_exponent_recovers_a_power_law():
-    x = np.array([3.0, 10.0, 40.0, 200.0])
-    assert vk.fit_exponent(x, 7 * x**2.5) == pytest.approx(2.5)
-
-
 def test_decode_timings_generate_the_tokens_of_generate():
     model = attnlib.TinyDecoder(vocab_size=40, d_model=16, n_layers=2, n_heads=2, seed=0)
     ids = torch.tensor([[3, 1, 4]])

@@ -52,9 +52,7 @@ def _trace(fig: go.Figure, name: str):
 # data and helpers
 
 
-def test_toy_database_is_the_lessons():
-    assert vl.KEYS.tolist() == KEYS
-    assert vl.VALUES.tolist() == VALUES
+def test_kernel_names_are_the_named_kernels():
     assert vl.KERNEL_NAMES == ("softmax", "softplus", "sigmoid", "relu")
 
 
@@ -110,7 +108,7 @@ def test_convex_hull_matches_brute_force(seed):
 
 
 def test_convex_hull_of_the_toy_values_leaves_out_the_inner_one():
-    assert sorted(vl.convex_hull(vl.VALUES)) == [0, 1, 2, 3]  # v_4 = (3, 1) is inside
+    assert sorted(vl.convex_hull(torch.tensor(VALUES))) == [0, 1, 2, 3]  # v_4 = (3, 1) is inside
 
 
 def test_convex_hull_rejects_points_that_are_not_2d():
@@ -211,7 +209,7 @@ def test_live_explorer_has_a_kernel_dropdown_and_an_angle_slider():
 def test_kernel_table_matches_loops():
     q = vl.query_at(60.0, 2.0)
     kernels = {**{name: name for name in FUNCTIONS}, "taylor": lambda s: 1 + s + s**2 / 2}
-    table = vl.kernel_table(q, vl.KEYS, vl.VALUES, kernels)
+    table = vl.kernel_table(q, torch.tensor(KEYS), torch.tensor(VALUES), kernels)
     assert list(table.columns) == ["key 0", "key 1", "key 2", "key 3", "key 4", "y[0]",
                                    "y[1]", "largest weight", "zero weights"]
     functions = {**FUNCTIONS, "taylor": lambda s: 1 + s + s * s / 2}
@@ -227,17 +225,8 @@ def test_kernel_table_matches_loops():
 
 def test_kernel_table_rejects_more_than_one_query():
     with pytest.raises(ValueError, match=r"shape \(1, d_QK\)"):
-        vl.kernel_table(torch.zeros(2, 2), vl.KEYS, vl.VALUES, {"relu": "relu"})
-
-
-def test_fit_slope_is_least_squares_on_logs():
-    x = [128, 256, 512, 1024]
-    y = [0.3, 1.1, 5.0, 17.0]
-    expected = np.polyfit(np.log(x), np.log(y), 1)[0]
-    assert vl.fit_slope(x, y) == pytest.approx(expected)
-    assert vl.fit_slope([1, 2, 4], [5, 20, 80]) == pytest.approx(2.0)
-    with pytest.raises(ValueError, match="same length"):
-        vl.fit_slope([1, 2], [1, 2, 3])
+        vl.kernel_table(torch.zeros(2, 2), torch.tensor(KEYS), torch.tensor(VALUES),
+                        {"relu": "relu"})
 
 
 def test_cost_figure_annotates_the_fitted_slope():

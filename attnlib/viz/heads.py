@@ -5,14 +5,8 @@ and never shows it; :func:`attnlib.viz.twin` and :func:`attnlib.viz.explorer` tu
 :func:`heads_figure` into the lesson's explorer. The table builders return
 ``pandas.DataFrame`` objects, which notebooks render as HTML tables.
 
-The toy layer (:func:`draw_layer`) is one seeded draw, in float64 on the CPU from
-``torch.Generator().manual_seed(seed)``, in this order: ``X`` of shape ``(N, d_in)`` with
-standard normal entries, then ``W_Q``, ``W_K``, ``W_V`` of shape ``(d_in, WIDE)`` and
-``W_O`` of shape ``(WIDE, d_in)``, with normal entries of variance ``1/d_in`` (``1/WIDE``
-for ``W_O``). A layer with ``H`` heads of width ``d_head`` keeps the first ``H d_head``
-columns of ``W_Q``, ``W_K``, ``W_V`` and the first ``H d_head`` rows of ``W_O``. Head ``h``
-is the column block ``h d_head .. (h + 1) d_head - 1``, so at a fixed ``d_head`` adding heads
-keeps the old heads and appends new ones.
+The toy layer is :func:`attnlib.examples.draw_layer`, one seeded draw (its docstring
+gives the order); the exercise checks of lesson 03 use the same layer.
 
 Lesson: 03_multi_head_attention.
 """
@@ -20,7 +14,6 @@ Lesson: 03_multi_head_attention.
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Sequence
 from functools import lru_cache
 
@@ -31,18 +24,15 @@ from plotly.subplots import make_subplots
 
 from attnlib._checks import check_positive_int
 from attnlib.core import attention_weights
+from attnlib.examples import D_IN, TOKENS, draw_layer
 from attnlib.gqa import MultiHeadAttention
 from attnlib.heads import split_heads
 from attnlib.memory import ModelSpec
 from attnlib.viz.style import HEIGHT, OKABE_ITO, rounded, style
 
 __all__ = [
-    "D_IN",
     "HEAD_COUNTS",
     "HEAD_WIDTHS",
-    "TOKENS",
-    "WIDE",
-    "draw_layer",
     "head_patterns",
     "heads_figure",
     "model_widths_table",
@@ -50,68 +40,16 @@ __all__ = [
     "reads_figure",
 ]
 
-D_IN = 16
-"""The explorer's input width ``d_in``."""
-
-TOKENS: tuple[str, ...] = ("the", "cat", "sat", "on", "the", "mat")
-"""Labels of the explorer's tokens; their rows of ``X`` are random (see the module docstring)."""
-
 HEAD_COUNTS: tuple[int, ...] = (1, 2, 4, 8)
 """The numbers of heads ``H`` the explorer offers."""
 
 HEAD_WIDTHS: tuple[int, ...] = (2, 4, 8, 16)
 """The head widths ``d_head`` the explorer offers."""
 
-WIDE = 128
-"""Columns drawn for ``W_Q``, ``W_K``, ``W_V`` (rows of ``W_O``): ``H d_head`` may not exceed it."""
-
 _ROWS, _COLS = 2, 4  # the explorer's grid: up to 8 heads
 _ROW_HEIGHT = 210  # px a row of panels takes; a single row of heads leaves out one
 _HEAD_COLORS = ("blue", "orange", "bluish green", "vermillion", "reddish purple", "sky blue",
                 "yellow", "black")
-
-
-def _check_layer(n_heads: int, d_head: int, d_in: int, n_tokens: int) -> None:
-    for name, value in (("n_heads", n_heads), ("d_head", d_head), ("d_in", d_in),
-                        ("n_tokens", n_tokens)):
-        check_positive_int(name, value)
-    if n_heads * d_head > WIDE:
-        raise ValueError(f"n_heads * d_head must be at most WIDE = {WIDE}; got "
-                         f"{n_heads} * {d_head} = {n_heads * d_head}")
-
-
-def draw_layer(
-    n_heads: int, d_head: int, *, d_in: int = D_IN, n_tokens: int = len(TOKENS), seed: int = 0
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The toy multi-head layer and its input: ``X, W_Q, W_K, W_V, W_O`` (float64, CPU).
-
-    See the module docstring for the draw. Head ``h`` owns columns
-    ``h d_head .. (h + 1) d_head - 1`` of ``W_Q``, ``W_K``, ``W_V`` and the same rows of
-    ``W_O``.
-
-    Args:
-        n_heads: ``H``.
-        d_head: ``d_head``; ``H d_head`` at most :data:`WIDE`.
-        d_in: input (and output) width.
-        n_tokens: ``N``, rows of ``X``.
-        seed: seed of the generator.
-
-    Returns:
-        ``X (N, d_in)``, ``W_Q``, ``W_K``, ``W_V`` ``(d_in, H d_head)``, ``W_O (H d_head, d_in)``.
-
-    Example:
-        >>> X, W_Q, W_K, W_V, W_O = draw_layer(2, 3, d_in=6, n_tokens=4)
-        >>> X.shape, W_Q.shape, W_O.shape
-        (torch.Size([4, 6]), torch.Size([6, 6]), torch.Size([6, 6]))
-    """
-    _check_layer(n_heads, d_head, d_in, n_tokens)
-    gen = torch.Generator().manual_seed(seed)
-    X = torch.randn(n_tokens, d_in, generator=gen, dtype=torch.float64)
-    W_Q, W_K, W_V = (torch.randn(d_in, WIDE, generator=gen, dtype=torch.float64)
-                     / math.sqrt(d_in) for _ in range(3))
-    W_O = torch.randn(WIDE, d_in, generator=gen, dtype=torch.float64) / math.sqrt(WIDE)
-    width = n_heads * d_head
-    return X, W_Q[:, :width], W_K[:, :width], W_V[:, :width], W_O[:width]
 
 
 def head_patterns(
@@ -124,7 +62,7 @@ def head_patterns(
         d_head: ``d_head``.
         d_in: input width.
         n_tokens: ``N``.
-        seed: seed of :func:`draw_layer`.
+        seed: seed of :func:`attnlib.examples.draw_layer`.
 
     Returns:
         ``(H, N, N)``: row ``i`` of ``P_h`` is token ``i``'s weights over the tokens.
@@ -161,8 +99,9 @@ def heads_figure(n_heads: int = 4, d_head: int = 4, *, d_in: int = D_IN, seed: i
     """The attention pattern of every head on the same ``X``, and the layer's parameter count.
 
     Panel ``h`` (left to right, then top to bottom) is the heatmap of ``P_h`` from
-    :func:`head_patterns` on the tokens :data:`TOKENS` (tick labels): row ``i`` (a query
-    token) holds the weights it gives to each column (a key token), and every row sums to 1.
+    :func:`head_patterns` on the tokens :data:`attnlib.examples.TOKENS` (tick labels): row
+    ``i`` (a query token) holds the weights it gives to each column (a key token), and every
+    row sums to 1.
     The grid has :data:`_COLS` panels a row and as many rows as ``H`` needs, and only ``H``
     panels: a twin switches the subplots with the head count. The title gives ``H d_head``
     against ``d_in`` and the parameter count of the layer's four matrices,
@@ -170,15 +109,15 @@ def heads_figure(n_heads: int = 4, d_head: int = 4, *, d_in: int = D_IN, seed: i
 
     Args:
         n_heads: ``H``, from 1 to 8.
-        d_head: ``d_head``; ``H d_head`` at most :data:`WIDE`.
+        d_head: ``d_head``; ``H d_head`` at most :data:`attnlib.examples.WIDE`.
         d_in: input (and output) width.
-        seed: seed of :func:`draw_layer`.
+        seed: seed of :func:`attnlib.examples.draw_layer`.
 
     Returns:
         go.Figure: ``H`` heatmap traces (weights rounded to 3 decimals) sharing one colour
         axis from 0 to 1.
     """
-    _check_layer(n_heads, d_head, d_in, len(TOKENS))
+    check_positive_int("n_heads", n_heads)
     if n_heads > _ROWS * _COLS:
         raise ValueError(f"n_heads must be at most {_ROWS * _COLS} (the figure's grid); "
                          f"got {n_heads}")

@@ -3,7 +3,7 @@
 - :func:`decode_timings` runs greedy generation the way :meth:`attnlib.TinyDecoder.generate`
   does, with or without caches, and times every pass; :func:`timing_figure` draws the
   time per new token against its position, with a fitted growth exponent per curve.
-- :func:`macs_table` adds up :func:`attnlib.cache.generation_macs` over a generation.
+- :func:`macs_table` adds up :func:`attnlib.costs.generation_macs` over a generation.
 - :func:`preset_table` and :func:`memory_figure` size the cache of the published models of
   :data:`attnlib.memory.PRESETS` against their weights; :func:`memory_figure` is the
   lesson's explorer (:data:`MEMORY_SETTINGS` are its twin's steps).
@@ -28,7 +28,7 @@ import plotly.graph_objects as go
 import torch
 
 from attnlib._checks import check_choice, check_positive_int
-from attnlib.cache import generation_macs
+from attnlib.costs import fit_exponent, generation_macs
 from attnlib.layers import TinyDecoder
 from attnlib.memory import PRESETS
 from attnlib.viz.style import COLORS, DASHES, rounded, style
@@ -41,7 +41,6 @@ __all__ = [
     "MEMORY_SETTINGS",
     "WEIGHT_DTYPE",
     "decode_timings",
-    "fit_exponent",
     "macs_table",
     "memory_figure",
     "memory_table",
@@ -130,17 +129,6 @@ def decode_timings(
     return out, best
 
 
-def fit_exponent(x: Sequence[float], y: Sequence[float]) -> float:
-    """The slope ``k`` of the least-squares line through ``(log x, log y)``: ``y ≈ c x^k``.
-
-    Example:
-        >>> round(fit_exponent([1, 2, 4, 8], [3, 12, 48, 192]), 6)
-        2.0
-    """
-    lx, ly = np.log(np.asarray(x, dtype=np.float64)), np.log(np.asarray(y, dtype=np.float64))
-    return float(np.polyfit(lx, ly, 1)[0])
-
-
 def timing_figure(
     positions: Sequence[int],
     seconds_cached: Sequence[float],
@@ -152,7 +140,8 @@ def timing_figure(
     """Time per new token against its position, with and without a cache (log-log axes).
 
     Each curve's legend entry gives its growth exponent, the slope fitted by
-    :func:`fit_exponent` over the positions ``>= fit_from`` (the second half by default).
+    :func:`attnlib.costs.fit_exponent` over the positions ``>= fit_from`` (the second half by
+    default).
     The fit goes through the fastest pass of each run of ``block`` consecutive positions
     (at that pass's position): a pass interrupted by another process on the machine is
     slow for reasons that have nothing to do with its position, and the minimum skips it.
@@ -211,12 +200,12 @@ def _block_minima(x: np.ndarray, y: np.ndarray, block: int) -> tuple[np.ndarray,
 def macs_table(n_passes: Sequence[int], **shape: int | str) -> pd.DataFrame:
     """Multiply-adds of a generation whose passes read ``n = 1, 2, ..., N`` tokens.
 
-    For each ``N`` in ``n_passes``, :func:`attnlib.cache.generation_macs` is summed over
+    For each ``N`` in ``n_passes``, :func:`attnlib.costs.generation_macs` is summed over
     ``N`` new tokens generated from a one-token prompt, with and without a cache.
 
     Args:
         n_passes: the numbers of passes ``N`` (each >= 1).
-        **shape: the model's shape, as for :func:`attnlib.cache.decode_step_macs`.
+        **shape: the model's shape, as for :func:`attnlib.costs.decode_step_macs`.
 
     Returns:
         pd.DataFrame: indexed by ``N``; the attention and the total multiply-adds without

@@ -1,9 +1,10 @@
 """Figures and tables of lesson 01: the lookup, its kernels, its convex hull, its cost.
 
 The lesson's toy database has five keys and five values, both in ``R^2`` so that they can
-be drawn: :data:`KEYS` and :data:`VALUES`. A query of length ``length`` at ``angle``
-degrees, ``q = length (cos angle, sin angle)``, is scored against every key; the weight row
-``P[0, :] = Z^-1 A[0, :]`` and the output ``y = P[0, :] V`` follow. The explorer
+be drawn: :data:`attnlib.examples.KEYS` and :data:`attnlib.examples.VALUES`. A query of
+length ``length`` at ``angle`` degrees, ``q = length (cos angle, sin angle)``, is scored
+against every key; the weight row ``P[0, :] = Z^-1 A[0, :]`` and the output
+``y = P[0, :] V`` follow. The explorer
 (:func:`lookup_figure`) draws the three pieces side by side: keys and query, weight row,
 values with their convex hull and the output point.
 
@@ -25,27 +26,19 @@ import torch
 
 from attnlib._checks import check_positive_float
 from attnlib.core import KERNELS, attention, attention_weights
+from attnlib.costs import fit_exponent
+from attnlib.examples import KEYS, VALUES
 from attnlib.viz.style import COLORS, DASHES, HEIGHT, OKABE_ITO, rounded, style
 
 __all__ = [
     "ANGLES",
     "KERNEL_NAMES",
-    "KEYS",
-    "VALUES",
     "convex_hull",
     "cost_figure",
-    "fit_slope",
     "kernel_table",
     "lookup_figure",
     "query_at",
 ]
-
-KEYS = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0], [1.0, 1.0]])
-"""The toy database's keys ``k_0, ..., k_4`` (rows), ``N_KV = 5``, ``d_QK = 2``."""
-
-VALUES = torch.tensor([[0.0, 0.0], [4.0, 0.0], [4.0, 3.0], [1.0, 4.0], [3.0, 1.0]])
-"""The toy database's values ``v_0, ..., v_4`` (rows), ``d_V = 2``; ``v_4`` lies inside
-the convex hull of the other four."""
 
 KERNEL_NAMES: tuple[str, ...] = tuple(KERNELS)
 """The named kernels the explorer offers: those of :data:`attnlib.KERNELS`."""
@@ -157,9 +150,9 @@ def lookup_figure(
         kernel: a name in :data:`attnlib.KERNELS` (the explorer's dropdown).
         angle: the query's direction in degrees.
         length: the query's norm.
-        K: ``(N_KV, 2)`` keys; :data:`KEYS` when ``None``. (Named after the paper, and
-            so that :func:`attnlib.viz.twin`'s own ``values`` argument stays free.)
-        V: ``(N_KV, 2)`` values; :data:`VALUES` when ``None``.
+        K: ``(N_KV, 2)`` keys; :data:`attnlib.examples.KEYS` when ``None``. (Named after the
+            paper, and so that :func:`attnlib.viz.twin`'s own ``values`` argument stays free.)
+        V: ``(N_KV, 2)`` values; :data:`attnlib.examples.VALUES` when ``None``.
         scale: multiplies the dot products; ``1/sqrt(2)`` (``1/sqrt(d_QK)``) when ``None``.
 
     Returns:
@@ -369,22 +362,6 @@ def kernel_table(
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("kernel")
 
 
-def fit_slope(x: Sequence[float], y: Sequence[float]) -> float:
-    """Least-squares slope of ``log y`` against ``log x``: the exponent ``p`` in ``y ~ x^p``.
-
-    Example:
-        >>> round(fit_slope([1, 2, 4], [3, 12, 48]), 6)
-        2.0
-    """
-    lx = torch.log(torch.as_tensor(x, dtype=torch.float64))
-    ly = torch.log(torch.as_tensor(y, dtype=torch.float64))
-    if lx.dim() != 1 or lx.shape != ly.shape or lx.numel() < 2:
-        raise ValueError(f"x and y must be two sequences of the same length >= 2; got "
-                         f"{tuple(lx.shape)} and {tuple(ly.shape)}")
-    dx = lx - lx.mean()
-    return float((dx * (ly - ly.mean())).sum() / (dx * dx).sum())
-
-
 def cost_figure(
     n: Sequence[int], seconds: Sequence[float], counts: Sequence[int]
 ) -> go.Figure:
@@ -404,7 +381,7 @@ def cost_figure(
     if not len(n) == len(seconds) == len(counts) or len(n) < 2:
         raise ValueError(f"n, seconds and counts must have the same length >= 2; got "
                          f"{len(n)}, {len(seconds)} and {len(counts)}")
-    slope = fit_slope(n, seconds)
+    slope = fit_exponent(n, seconds)
     ms = [1e3 * s for s in seconds]
     log_mean = sum(math.log(t) for t in ms) / len(ms) - slope * sum(
         math.log(x) for x in n) / len(n)

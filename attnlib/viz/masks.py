@@ -29,9 +29,10 @@ from plotly.subplots import make_subplots
 
 from attnlib._checks import check_choice, check_nonnegative_int, check_positive_int
 from attnlib.core import attention_weights
+from attnlib.device import seeded
 from attnlib.layers import FeedForward, TransformerBlock
 from attnlib.masks import causal_mask, key_padding_mask, sliding_window_mask
-from attnlib.viz.style import COLORS, DASHES, HEIGHT, OKABE_ITO, rounded, seeded, style
+from attnlib.viz.style import COLORS, DASHES, HEIGHT, OKABE_ITO, rounded, style
 
 __all__ = [
     "ALIGNMENTS",

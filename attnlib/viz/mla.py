@@ -26,10 +26,12 @@ import torch
 from plotly.subplots import make_subplots
 
 from attnlib._checks import check_nonnegative_int, check_positive_int
+from attnlib.costs import DECODE_PATHS, mla_decode_cost
+from attnlib.device import seeded
 from attnlib.gqa import GroupedQueryAttention
 from attnlib.memory import DEEPSEEK_V2, ModelSpec
-from attnlib.mla import DECODE_PATHS, MultiHeadLatentAttention, mla_decode_cost, mla_from_mha
-from attnlib.viz.style import COLORS, DASHES, HEIGHT, OKABE_ITO, rounded, seeded, style
+from attnlib.mla import MultiHeadLatentAttention, mla_from_mha
+from attnlib.viz.style import COLORS, DASHES, HEIGHT, OKABE_ITO, rounded, style
 
 __all__ = [
     "CONTEXTS",
@@ -73,7 +75,7 @@ PATH_LABELS: dict[str, str] = {
     "rebuilt": "rebuilt: latent cached, K_h, V_h formed every step",
     "absorbed": "absorbed: latent cached and attended to",
 }
-"""How the tables name the three decoding paths of :data:`attnlib.mla.DECODE_PATHS`."""
+"""How the tables name the three decoding paths of :data:`attnlib.costs.DECODE_PATHS`."""
 
 CONTEXTS: tuple[int, ...] = (1024, 4096, 32_768, 131_072)
 """Context lengths of :func:`decode_cost_table`."""
@@ -170,7 +172,7 @@ def decode_cost_table(
 ) -> pd.DataFrame:
     """One decoded token of one layer, one sequence: cache read and multiply-adds per path.
 
-    Every entry comes from :func:`attnlib.mla.mla_decode_cost`. MB means 10^6 bytes.
+    Every entry comes from :func:`attnlib.costs.mla_decode_cost`. MB means 10^6 bytes.
 
     Args:
         spec: an MLA model.

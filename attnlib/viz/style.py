@@ -10,15 +10,13 @@ Lesson: every lesson's figures (first used in 00_tokens_and_embeddings).
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 import torch
 
 __all__ = [
-    "seeded",
     "COLORS",
     "DASHES",
     "DECIMALS",
@@ -122,15 +120,3 @@ def rounded(x: object, decimals: int = DECIMALS, *, digits: int | None = None) -
     if isinstance(x, Sequence) and not isinstance(x, str):
         return [rounded(v, decimals, digits=digits) for v in x]
     return x
-
-
-@contextlib.contextmanager
-def seeded(seed: int) -> Iterator[None]:
-    """``torch.manual_seed(seed)`` inside the block; the global random state is restored after.
-
-    Figures that draw random weights use it, so that a figure is the same on every call and
-    a reader's own random numbers are left alone.
-    """
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        yield

@@ -12,6 +12,9 @@ in docutils nodes (so the table is a real ``<table>`` on the site and in the PDF
   file exists;
 - the notes that say what each benchmark ran.
 
+The ``benchmark-targets`` directive lists the targets of ``cpu.json`` as the checks
+``run.py`` made (``report.targets_text``), bounds and sizes included, with their verdicts.
+
 The rows come from ``benchmarks/report.py``, the module that formats run.py's printed table,
 so the page and the terminal show the same cells. A missing ``cpu.json``, a file that is
 not JSON or does not follow the schema of ``report.SCHEMA``, a file whose device disagrees
@@ -177,7 +180,28 @@ class BenchmarkTable(SphinxDirective):
         return out
 
 
+class BenchmarkTargets(SphinxDirective):
+    """``benchmark-targets``: each target of the CPU results as the check run.py made."""
+
+    has_content = False
+    required_arguments = 0
+    optional_arguments = 0
+
+    def run(self) -> list[nodes.Node]:
+        self.env.note_reread()
+        benchmarks = Path(self.env.srcdir) / self.config.benchmarks_dir
+        report = load_report(benchmarks)
+        results = load_runs(report, benchmarks / "results")[REQUIRED_DEVICE]
+        targets = nodes.bullet_list(classes=["benchmark-targets"])
+        for text in report.targets_text(results):
+            item = nodes.list_item()
+            item += nodes.paragraph(text=text)
+            targets += item
+        return [targets]
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     app.add_config_value("benchmarks_dir", "benchmarks", "env", [str])
     app.add_directive("benchmark-table", BenchmarkTable)
+    app.add_directive("benchmark-targets", BenchmarkTargets)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -109,7 +109,8 @@ def _build(tmp_path: Path, benchmarks: Path) -> str:
 
     src = tmp_path / "src"
     src.mkdir(parents=True)
-    (src / "index.md").write_text("# Performance\n\n```{benchmark-table}\n```\n")
+    (src / "index.md").write_text("# Performance\n\n```{benchmark-table}\n```\n\n"
+                                  "```{benchmark-targets}\n```\n")
     (src / "conf.py").write_text(
         "import sys\n"
         f"sys.path.insert(0, {str(EXTENSION.parent)!r})\n"
@@ -132,6 +133,7 @@ def test_a_build_shows_the_table_or_stops(tmp_path: Path, results_dir: Path) -> 
     page = _build(tmp_path / "good", benchmarks)
     assert '<table class="benchmark-table' in page
     assert "these are CPU figures" in page
+    assert 'class="benchmark-targets' in page and "at most 0.6 times" in page
     (results_dir / "cpu.json").unlink()
     with pytest.raises(ExtensionError, match=r"cpu\.json is missing.*benchmarks/run\.py --save"):
         _build(tmp_path / "bad", benchmarks)

@@ -1,0 +1,278 @@
+"""What decoding costs: multiply-adds per pass, per generation and per MLA decoding path.
+
+Counting the work of a forward pass is integer arithmetic on the model's shape, like the
+byte counts of :mod:`attnlib.memory` beside it:
+
+- :func:`decode_step_macs` counts the multiply-adds of the matrix products of one decoder
+  pass, and :func:`generation_macs` those of every pass of a greedy generation, with and
+  without a KV cache (lesson 05);
+- :func:`mla_decode_cost` counts the multiply-adds and bytes of one MLA layer decoding one
+  token along each of the paths in :data:`DECODE_PATHS` (lesson 07);
+- :func:`fit_exponent` reads the growth exponent ``k`` of a cost ``y ~ c x^k`` off a few
+  measured or counted points (lessons 01 and 05).
+
+Lessons: 01_attention_as_lookup, 05_kv_cache, 07_mla.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from attnlib._checks import check_bool, check_choice, check_nonnegative_int, check_positive_int
+from attnlib.memory import ModelSpec
+
+__all__ = [
+    "DECODE_PATHS",
+    "FFN_MATRICES",
+    "decode_step_macs",
+    "fit_exponent",
+    "generation_macs",
+    "mla_decode_cost",
+]
+
+
+FFN_MATRICES: dict[str, int] = {"swiglu": 3, "gelu": 2, "relu": 2}
+"""Weight matrices of ``d x d_ff`` entries in each kind of feed-forward network."""
+
+
+def decode_step_macs(
+    n_q: int,
+    n_kv: int,
+    *,
+    n_layers: int,
+    d_model: int,
+    n_heads: int,
+    n_kv_heads: int,
+    d_head: int,
+    d_ff: int,
+    vocab_size: int,
+    ffn: str = "swiglu",
+) -> dict[str, int]:
+    """Multiply-adds of the matrix products of one decoder pass: ``N_Q`` rows, ``N_KV`` keys.
+
+    Per layer, with ``m`` matrices in the feed-forward network (3 for SwiGLU)::
+
+        attention   = 2 · H · N_Q · N_KV · d_head           # Q K^T, then P V (dense)
+        projections = N_Q · d · (H + 2G) · d_head + N_Q · H · d_head · d   # W_Q W_K W_V, W_O
+        ffn         = N_Q · m · d · d_ff
+
+    and once at the end the output head, ``N_Q · d · N_T``. The attention term counts
+    every (query, key) pair, masked or not, as a dense kernel computes them; elementwise
+    work (norms, RoPE, softmax, activations) is not counted.
+
+    Args:
+        n_q: ``N_Q``, rows fed through the model in this pass.
+        n_kv: ``N_KV``, keys each row is scored against (cached tokens plus new ones).
+        n_layers: ``N_L``.
+        d_model: ``d``.
+        n_heads: ``H``.
+        n_kv_heads: ``G``.
+        d_head: width of one head.
+        d_ff: hidden width of the feed-forward network.
+        vocab_size: ``N_T``, columns of the output head.
+        ffn: ``"swiglu"``, ``"gelu"`` or ``"relu"``.
+
+    Returns:
+        dict[str, int]: ``"attention"`` (all layers) and ``"other"`` (projections,
+        feed-forward networks and output head).
+
+    Example:
+        One new token against 99 cached ones in a 2-layer model of width 32:
+
+        >>> decode_step_macs(1, 100, n_layers=2, d_model=32, n_heads=4, n_kv_heads=4,
+        ...                  d_head=8, d_ff=128, vocab_size=64)
+        {'attention': 12800, 'other': 34816}
+
+    Lesson: 05_kv_cache.
+    """
+    for name, value in (("n_q", n_q), ("n_kv", n_kv), ("n_layers", n_layers),
+                        ("d_model", d_model), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads),
+                        ("d_head", d_head), ("d_ff", d_ff), ("vocab_size", vocab_size)):
+        check_positive_int(name, value)
+    check_choice("ffn", ffn, list(FFN_MATRICES))
+    attention = 2 * n_heads * n_q * n_kv * d_head  # logits and weighted average
+    projections = n_q * d_model * (n_heads + 2 * n_kv_heads) * d_head  # W_Q, W_K, W_V
+    projections += n_q * n_heads * d_head * d_model  # W_O
+    feed_forward = n_q * FFN_MATRICES[ffn] * d_model * d_ff
+    head = n_q * d_model * vocab_size
+    return {"attention": n_layers * attention,
+            "other": n_layers * (projections + feed_forward) + head}
+
+
+def generation_macs(
+    n_prompt: int, n_new: int, *, use_cache: bool, **shape: int | str
+) -> list[dict[str, int]]:
+    """:func:`decode_step_macs` of every pass of a greedy generation of ``n_new`` tokens.
+
+    The schedule is :meth:`attnlib.TinyDecoder.generate`'s: pass ``t`` (``t = 0 ..
+    n_new - 1``) produces token ``n_prompt + t``. Without a cache it feeds the whole
+    sequence so far, ``N_Q = N_KV = n_prompt + t``; with a cache, pass 0 feeds the prompt
+    (the prefill, ``N_Q = N_KV = n_prompt``) and pass ``t >= 1`` feeds one token against
+    ``N_KV = n_prompt + t`` keys.
+
+    Args:
+        n_prompt: tokens in the prompt (>= 1).
+        n_new: tokens generated (>= 0).
+        use_cache: whether the passes reuse cached keys and values.
+        **shape: the keyword arguments of :func:`decode_step_macs` but ``n_q`` and
+            ``n_kv``.
+
+    Returns:
+        list[dict[str, int]]: one count per pass, in order.
+
+    Example:
+        >>> shape = dict(n_layers=1, d_model=8, n_heads=1, n_kv_heads=1, d_head=8,
+        ...              d_ff=8, vocab_size=8)
+        >>> [s["attention"] for s in generation_macs(2, 3, use_cache=False, **shape)]
+        [64, 144, 256]
+        >>> [s["attention"] for s in generation_macs(2, 3, use_cache=True, **shape)]
+        [64, 48, 64]
+
+    Lesson: 05_kv_cache.
+    """
+    check_positive_int("n_prompt", n_prompt)
+    check_nonnegative_int("n_new", n_new)
+    check_bool("use_cache", use_cache)
+    steps = []
+    for t in range(n_new):
+        n_kv = n_prompt + t
+        n_q = 1 if (use_cache and t > 0) else n_kv  # a cache feeds only the newest token
+        steps.append(decode_step_macs(n_q, n_kv, **shape))
+    return steps
+
+
+DECODE_PATHS: tuple[str, ...] = ("expanded", "rebuilt", "absorbed")
+"""The three ways :func:`mla_decode_cost` can decode one token of an MLA layer.
+
+- ``"expanded"``: each token's ``K_h`` and ``V_h`` are formed once, when it arrives, and
+  cached per head (with the one shared ``k_R``): the cache of multi-head attention;
+- ``"rebuilt"``: the latent cache of MLA, with ``K_h`` and ``V_h`` formed again from every
+  cached row at every step (attnlib's ``absorbed=False`` path over a ``LatentCache``, and
+  Hugging Face's ``DeepseekV3Attention``);
+- ``"absorbed"``: the latent cache, attended to directly (``absorbed=True``).
+"""
+
+
+def mla_decode_cost(
+    spec: ModelSpec, n_ctx: int, *, path: str = "absorbed", bytes_per_elem: int = 2
+) -> dict[str, int]:
+    """Multiply-adds and bytes of one MLA layer decoding one token against ``n_ctx`` keys.
+
+    With ``d = d_in = d_out``, ``d_Q = d_LQ`` (``d`` without a query latent), ``n = n_ctx``
+    (the cached tokens plus the new one) and one sequence, the matrix products are::
+
+        projections, every path:  d d_LQ + d_Q H (d_head + d_R) + d (d_L + d_R) + H d_v d
+        expanded:  + d_L H (d_head + d_v)          the new token's K_h and V_h, once
+                   + n H (d_head + d_R + d_v)      logits and weighted sum, per head
+        rebuilt:   + n d_L H (d_head + d_v)        K_h and V_h of every cached row, again
+                   + n H (d_head + d_R + d_v)
+        absorbed:  + H d_head d_L + H d_L d_v      Q_h (W_LK^h)^T and (P_h L) W_LV^h
+                   + n H (2 d_L + d_R)             logits and weighted sum over the latent
+
+    and the cache holds ``H (d_head + d_v) + d_R`` numbers per token (expanded) or
+    ``d_L + d_R`` (rebuilt, absorbed). Elementwise work (softmax, RoPE, RMSNorm) is not
+    counted; it is linear in ``n`` with a small constant. The weights read are the same
+    for every path (the absorbed path applies the factors, it does not merge them).
+
+    Args:
+        spec: an MLA model (``spec.d_latent`` set), e.g. :data:`attnlib.memory.DEEPSEEK_V2`.
+        n_ctx: ``n >= 1``, the keys the new token attends to, itself included.
+        path: one of :data:`DECODE_PATHS`.
+        bytes_per_elem: ``b``, bytes per stored number (2 for bf16).
+
+    Returns:
+        dict[str, int]: ``"cache_values_per_token"``, ``"cache_bytes"`` (read this step:
+        ``n`` tokens), ``"weight_bytes"`` (every weight of the layer, once),
+        ``"macs_projections"`` (independent of ``n``), ``"macs_attention"`` (proportional
+        to ``n``) and ``"macs"`` (their sum).
+
+    Example:
+        >>> from attnlib.memory import DEEPSEEK_V2
+        >>> a = mla_decode_cost(DEEPSEEK_V2, 4096, path="absorbed")
+        >>> e = mla_decode_cost(DEEPSEEK_V2, 4096, path="expanded")
+        >>> e["cache_bytes"] // a["cache_bytes"], a["cache_values_per_token"]
+        (57, 576)
+        >>> round(a["macs_attention"] / e["macs_attention"], 2)   # (2 * 512 + 64) / 320
+        3.4
+
+    Lesson: 07_mla.
+    """
+    _check_cost(spec, n_ctx, path, bytes_per_elem)
+    d, H, d_head, d_v = spec.d_model, spec.n_heads, spec.d_head, spec.d_value
+    d_L, d_R, d_LQ = spec.d_latent, spec.d_rope, spec.d_latent_q
+    d_Q = d if d_LQ is None else d_LQ
+    n = n_ctx
+    projections = (
+        (0 if d_LQ is None else d * d_LQ)  # L_Q = X W_LQ
+        + d_Q * H * (d_head + d_R)  # Q_h = L_Q W_LQQ^h and q_R,h = L_Q W_QR^h
+        + d * (d_L + d_R)  # L = X W_L and k_R = X W_KR
+        + H * d_v * d  # Y W_O
+    )
+    per_pair = H * (d_head + d_R + d_v)  # one query against one key: logit and weighted value
+    if path == "expanded":
+        values = H * (d_head + d_v) + d_R
+        projections += d_L * H * (d_head + d_v)  # the new token's K_h, V_h
+        attention = n * per_pair
+    elif path == "rebuilt":
+        values = d_L + d_R
+        attention = n * (d_L * H * (d_head + d_v) + per_pair)
+    else:
+        values = d_L + d_R
+        projections += H * d_head * d_L + H * d_L * d_v
+        attention = n * H * (2 * d_L + d_R)
+    weights = (
+        (0 if d_LQ is None else d * d_LQ) + d_Q * H * (d_head + d_R) + d * (d_L + d_R)
+        + d_L * H * (d_head + d_v) + H * d_v * d
+    )
+    return {
+        "cache_values_per_token": values,
+        "cache_bytes": n * values * bytes_per_elem,
+        "weight_bytes": weights * bytes_per_elem,
+        "macs_projections": projections,
+        "macs_attention": attention,
+        "macs": projections + attention,
+    }
+
+
+
+def fit_exponent(x: Sequence[float], y: Sequence[float]) -> float:
+    """The exponent ``k`` of ``y ~ c x^k``: the least-squares slope of ``log y`` on ``log x``.
+
+    Args:
+        x: sizes (positive), at least two.
+        y: the cost at each size (positive): a count or a measured time.
+
+    Returns:
+        float: ``k``.
+
+    Raises:
+        ValueError: ``x`` and ``y`` are not two sequences of the same length >= 2.
+
+    Example:
+        >>> round(fit_exponent([1, 2, 4, 8], [3, 12, 48, 192]), 6)
+        2.0
+
+    Lesson: 01_attention_as_lookup (the cost of attention), 05_kv_cache (with and without
+    a cache).
+    """
+    lx = np.log(np.asarray(x, dtype=np.float64))
+    ly = np.log(np.asarray(y, dtype=np.float64))
+    if lx.ndim != 1 or lx.shape != ly.shape or lx.size < 2:
+        raise ValueError(f"x and y must be two sequences of the same length >= 2; got "
+                         f"{lx.shape} and {ly.shape}")
+    dx = lx - lx.mean()
+    return float((dx * (ly - ly.mean())).sum() / (dx * dx).sum())
+
+
+def _check_cost(spec: object, n_ctx: object, path: object, bytes_per_elem: object) -> None:
+    if not isinstance(spec, ModelSpec):
+        raise TypeError(f"spec must be an attnlib.memory.ModelSpec; got {type(spec).__name__}")
+    if spec.d_latent is None:
+        raise ValueError(
+            f"spec must describe an MLA model (d_latent set); {spec.name!r} has d_latent=None"
+        )
+    check_positive_int("n_ctx", n_ctx)
+    check_choice("path", path, DECODE_PATHS)
+    check_positive_int("bytes_per_elem", bytes_per_elem)

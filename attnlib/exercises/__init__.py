@@ -1,0 +1,271 @@
+"""Answer checks for the lessons' exercises: ``check("00.2", answer)``.
+
+Each checked exercise has a label ``"NN.k"`` (lesson ``NN``, exercise ``k``) and a checker
+registered by the module of its lesson, ``attnlib.exercises.lesson_NN``. A checker computes
+the expected answer with attnlib when it runs (no answer is stored as a literal) and
+compares the reader's answer with it. The verdict is printed and returned:
+
+- the placeholder ``...`` gives "not answered yet", so a lesson runs top to bottom as
+  committed;
+- a right answer gives "correct";
+- anything else gives a hint that says what is off: the type, the shape, the sign, the
+  magnitude (a factor of 100 from a percentage, a factor of 2 from counting a matrix
+  twice), or a mistake the exercise invites.
+
+Adding a checked exercise to lesson ``NN`` means adding one entry to ``lesson_NN.py``, in
+one of three forms:
+
+- ``@numbers("NN.k", rel=..., what=...)`` on a function that returns the expected tensor
+  and the mistakes the exercise invites, ``(expected, ((wrong, hint), ...))``; the answer
+  is compared by :func:`compare`;
+- ``@whole_number("NN.k", what=...)`` on a function that returns the expected integer, the
+  hints for known wrong integers and the hint for any other, ``(expected, {wrong: hint},
+  otherwise)``;
+- ``@checker("NN.k")`` on a function from the answer to a hint (``None`` when right), for
+  anything else.
+
+The lesson modules import only attnlib's computing modules (never :mod:`attnlib.viz`), so
+checking an answer loads neither plotly, ipywidgets nor pandas.
+
+Example:
+    >>> result = check("00.4", ...)
+    00.4: not answered yet. Replace ... with your answer and run the cell again.
+    >>> result.status
+    'unanswered'
+
+Lesson: every lesson's exercises (first used in 00_tokens_and_embeddings).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+__all__ = ["CheckResult", "check", "labels"]
+
+_LABEL = re.compile(r"\d\d\.\d+")
+
+Checker = Callable[[object], "str | None"]
+_CHECKERS: dict[str, Checker] = {}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The verdict of :func:`check`; true exactly when the answer is correct.
+
+    Attributes:
+        label: the exercise, ``"NN.k"``.
+        status: ``"unanswered"``, ``"correct"`` or ``"incorrect"``.
+        message: the line :func:`check` printed.
+    """
+
+    label: str
+    status: str
+    message: str
+
+    def __bool__(self) -> bool:
+        return self.status == "correct"
+
+    def _ipython_display_(self) -> None:
+        """Show nothing: :func:`check` has printed the message already."""
+
+
+def check(label: str, answer: object) -> CheckResult:
+    """Check the answer to exercise ``label``; print and return the verdict.
+
+    Args:
+        label: the exercise, ``"NN.k"`` (for example ``"00.2"``).
+        answer: the reader's answer, or ``...`` while there is none.
+
+    Returns:
+        CheckResult: ``status`` is ``"unanswered"``, ``"correct"`` or ``"incorrect"``;
+        ``message`` is the printed line (a hint when incorrect).
+
+    Raises:
+        TypeError: ``label`` is not a str.
+        ValueError: no exercise has this label.
+    """
+    if not isinstance(label, str):
+        raise TypeError(f"label must be a str such as '00.2'; got {type(label).__name__}")
+    if label not in _CHECKERS:
+        raise ValueError(f"label must name a checked exercise, one of {labels()}; got {label!r}")
+    if answer is ...:
+        status, text = "unanswered", "not answered yet. Replace ... with your answer and run " \
+                                     "the cell again."
+    else:
+        hint = _CHECKERS[label](answer)
+        status, text = ("correct", "correct.") if hint is None else ("incorrect", hint)
+    result = CheckResult(label, status, f"{label}: {text}")
+    print(result.message)
+    return result
+
+
+def labels() -> list[str]:
+    """The labels of every checked exercise, sorted."""
+    return sorted(_CHECKERS)
+
+
+# ---------------------------------------------------------------------------------------
+# the registry: the three forms of an exercise
+
+
+def checker(label: str) -> Callable[[Checker], Checker]:
+    """Register ``fn(answer) -> hint or None`` as the checker of exercise ``label``."""
+    if not _LABEL.fullmatch(label):
+        raise ValueError(f"label must look like 'NN.k'; got {label!r}")
+
+    def add(fn: Checker) -> Checker:
+        if label in _CHECKERS:
+            raise ValueError(f"exercise {label!r} already has a checker")
+        _CHECKERS[label] = fn
+        return fn
+
+    return add
+
+
+Mistakes = tuple[tuple[torch.Tensor, str], ...]
+
+
+def numbers(
+    label: str, *, rel: float, what: str
+) -> Callable[[Callable[[], tuple[torch.Tensor, Mistakes]]], Callable]:
+    """Register an exercise answered with numbers, compared by :func:`compare`.
+
+    The decorated function takes no argument and returns ``(expected, mistakes)``: the
+    expected answer as a float64 tensor and the known wrong answers with their hints.
+    """
+
+    def add(spec: Callable[[], tuple[torch.Tensor, Mistakes]]) -> Callable:
+        def check_numbers(answer: object) -> str | None:
+            expected, mistakes = spec()
+            return compare(answer, expected, rel=rel, what=what, mistakes=mistakes)
+
+        checker(label)(check_numbers)
+        return spec
+
+    return add
+
+
+def whole_number(
+    label: str, *, what: str, floats: str | None = None
+) -> Callable[[Callable[[], tuple[int, dict[int, str], str]]], Callable]:
+    """Register an exercise answered with one integer.
+
+    The decorated function takes no argument and returns ``(expected, hints, otherwise)``:
+    the expected integer, a hint for each known wrong integer (a later entry wins over an
+    earlier one with the same value) and the hint for any other integer. A float answer
+    gets "expected ``what``", unless ``floats`` is ``"equal"`` (a float equal to the
+    expected integer is right) or ``"whole"`` (a float with no fractional part is read as
+    that integer).
+    """
+
+    def add(spec: Callable[[], tuple[int, dict[int, str], str]]) -> Callable:
+        def check_whole_number(answer: object) -> str | None:
+            expected, hints, otherwise = spec()
+            got = integer(answer)
+            if got is None and isinstance(answer, float):
+                if floats == "equal" and answer == expected:
+                    return None
+                if floats == "whole" and answer.is_integer():
+                    got = int(answer)
+            if got is None:
+                return f"expected {what}; got a {type(answer).__name__}."
+            return None if got == expected else hints.get(got, otherwise)
+
+        checker(label)(check_whole_number)
+        return spec
+
+    return add
+
+
+# ---------------------------------------------------------------------------------------
+# comparison helpers: each returns a hint, or None when the answer is right
+
+
+def as_tensor(answer: object) -> torch.Tensor | None:
+    """``answer`` as a float64 tensor, or ``None`` when it is not numbers."""
+    if isinstance(answer, (bool, np.bool_, str, bytes)) or answer is None:
+        return None
+    try:
+        if isinstance(answer, torch.Tensor):
+            out = answer.detach().to("cpu")
+        else:
+            out = torch.as_tensor(np.asarray(answer, dtype=np.float64))
+    except (TypeError, ValueError, RuntimeError):
+        return None
+    if out.dtype == torch.bool or out.is_complex():
+        return None
+    return out.to(torch.float64)
+
+
+def compare(
+    answer: object,
+    expected: torch.Tensor,
+    *,
+    rel: float,
+    what: str,
+    mistakes: Mistakes = (),
+) -> str | None:
+    """Compare numbers: type, then shape, then known mistakes, sign and magnitude."""
+    got = as_tensor(answer)
+    if got is None:
+        return f"expected {what}; got a {type(answer).__name__}."
+    if got.shape != expected.shape:
+        return (f"expected {what}, of shape {tuple(expected.shape)}; got shape "
+                f"{tuple(got.shape)}.")
+    if not bool(torch.isfinite(got).all()):
+        return "your answer contains nan or inf."
+    if torch.allclose(got, expected, rtol=rel, atol=0.0):
+        return None
+    for wrong, hint in mistakes:
+        if torch.allclose(got, wrong, rtol=rel, atol=0.0):
+            return hint
+    if bool(((got * expected) < 0).any()):
+        return "the sign is wrong in at least one entry."
+    ratio = float((got / expected).median()) if bool((expected != 0).all()) else float("nan")
+    if math.isfinite(ratio) and ratio > 0:
+        power = round(math.log10(ratio))
+        if power != 0 and abs(math.log10(ratio) - power) < 0.05:
+            return (f"off by a factor of 10^{power}: check the units (a percentage instead "
+                    "of a fraction, or the other way round?).")
+        if abs(ratio - 1) > 0.1:
+            side = "large" if ratio > 1 else "small"
+            return f"the magnitude is off: your answer is about {ratio:.2g} times too {side}."
+    return "close, but not within the tolerance: recompute without rounding."
+
+
+def scalar(x: float) -> torch.Tensor:
+    """A number as a float64 scalar tensor, the form :func:`compare` compares."""
+    return torch.tensor(float(x), dtype=torch.float64)
+
+
+def integer(answer: object) -> int | None:
+    """``answer`` as an int when it is one (a Python, NumPy or one-element integer tensor)."""
+    if isinstance(answer, (bool, np.bool_)):
+        return None
+    if isinstance(answer, (int, np.integer)):
+        return int(answer)
+    if isinstance(answer, torch.Tensor) and answer.numel() == 1 and not answer.is_floating_point():
+        return int(answer.item())
+    return None
+
+
+# Each lesson module registers its exercises when it is imported.
+from attnlib.exercises import (  # noqa: E402, F401
+    lesson_00,
+    lesson_01,
+    lesson_02,
+    lesson_03,
+    lesson_04,
+    lesson_05,
+    lesson_06,
+    lesson_07,
+    lesson_08,
+    lesson_09,
+    lesson_10,
+)

@@ -1,0 +1,73 @@
+"""Checked exercises of lesson 00: tokens and embeddings."""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import torch
+
+from attnlib.exercises import checker, integer, numbers, scalar
+from attnlib.memory import LLAMA3_8B, LLAMA3_70B, MISTRAL_7B
+from attnlib.tokens import CORPUS, BPETokenizer
+
+
+@numbers("00.2", rel=0.01,
+         what="three fractions, one per model in the order Llama 3 8B, Mistral 7B, Llama 3 70B")
+def _embedding_shares():
+    """Shares of the input E in Llama 3 8B, Mistral 7B and Llama 3 70B (fractions)."""
+    nominal = ((LLAMA3_8B, 8e9), (MISTRAL_7B, 7e9), (LLAMA3_70B, 70e9))
+    expected = torch.tensor([s.embedding_params / n for s, n in nominal], dtype=torch.float64)
+    return expected, (
+        (2 * expected, "these count E twice: the question asks for the input E only, not E "
+                       "plus an output head."),
+    )
+
+
+@lru_cache(maxsize=1)
+def _lesson_bpe() -> BPETokenizer:
+    """The lesson's BPE tokenizer: 500 merges trained on the shipped corpus."""
+    return BPETokenizer.train(CORPUS, 500)
+
+
+def _catalogue_pieces(k: int) -> list[str]:
+    return _lesson_bpe().with_merges(k).tokenize(" catalogue")
+
+
+@checker("00.4")
+def _catalogue(answer: object) -> str | None:
+    """Smallest number of merges after which ' catalogue' is a single token."""
+    got = integer(answer)
+    if got is None:
+        return f"expected a whole number of merges (an int); got a {type(answer).__name__}."
+    n_merges = len(_lesson_bpe().merges)
+    expected = next(k for k in range(n_merges + 1) if len(_catalogue_pieces(k)) == 1)
+    if got == expected:
+        return None
+    if got < 0:
+        return "a number of merges cannot be negative."
+    if abs(got - expected) == 1:
+        return ("off by one: bpe.with_merges(k) applies the first k merges; find the smallest "
+                "k whose tokenizer keeps ' catalogue' whole.")
+    if got < expected:
+        return (f"too few: after {got} merges ' catalogue' is still the pieces "
+                f"{_catalogue_pieces(got)}.")
+    return (f"too many: ' catalogue' is one token well before {got} merges; look for the "
+            "first k at which it becomes one.")
+
+
+@numbers("00.5", rel=0.01, what="one number, the largest |cos| (a float)")
+def _closest_pair():
+    """Leading-order estimate of the largest |cos| among Llama 3 70B's random rows."""
+    n, d = LLAMA3_70B.vocab_size, LLAMA3_70B.d_model
+    pairs = n * (n - 1) / 2
+    expected = math.sqrt(2 * math.log(pairs) / d)
+    return scalar(expected), (
+        (scalar(math.degrees(math.acos(expected))),
+         "that is the angle in degrees; the question asks for the cosine."),
+        (scalar(math.sqrt(2 * math.log(n) / d)),
+         "count pairs of rows, N_T (N_T - 1) / 2, not rows: each pair has a cosine."),
+        (scalar(math.sqrt(2 * math.log10(pairs) / d)),
+         "use the natural logarithm (math.log), not log10."),
+        (scalar(2 * math.log(pairs) / d), "you forgot the square root."),
+    )

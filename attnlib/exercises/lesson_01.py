@@ -1,0 +1,71 @@
+"""Checked exercises of lesson 01: attention as a lookup."""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from attnlib.core import attention, attention_weights, similarity
+from attnlib.examples import KEYS, VALUES
+from attnlib.exercises import as_tensor, checker, compare, numbers, scalar
+
+
+def _toy_database() -> tuple[torch.Tensor, torch.Tensor]:
+    """Lesson 01's keys and values, in float64."""
+    return KEYS.to(torch.float64), VALUES.to(torch.float64)
+
+
+@checker("01.1")
+def _relu_weights(answer: object) -> str | None:
+    """The relu weight row of q = (2, 1) on the toy keys, scale 1."""
+    K, _ = _toy_database()
+    q = torch.tensor([[2.0, 1.0]], dtype=torch.float64)
+    expected = attention_weights(q, K, kernel="relu", scale=1.0)[0]
+    got = as_tensor(answer)
+    if got is not None and got.shape == expected.shape and bool((got < 0).any()):
+        return ("a weight is negative: relu turns a negative dot product into a score of 0, "
+                "so no weight can be below 0.")
+    A = similarity(q, K, kernel="relu", scale=1.0)[0]
+    return compare(
+        answer, expected, rel=0.01, what="five weights, key 0 first",
+        mistakes=(
+            (A, "these are the scores A[0, j]; divide each by their sum Z[0, 0]."),
+            (attention_weights(q, K, scale=1.0)[0],
+             "these are the weights of the exponential kernel; use relu, max(s, 0)."),
+        ),
+    )
+
+
+@numbers("01.3", rel=1e-6, what="one number of multiply-adds")
+def _chat_cost():
+    """Multiply-adds of Q K^T and A V for N_Q = 12, N_KV = 3000, d_QK = d_V = 128."""
+    n_q, n_kv, width = 12, 3000, 128
+    Q, K, V = (torch.empty(n, width, device="meta") for n in (n_q, n_kv, n_kv))
+    with FlopCounterMode(display=False) as counter:  # shapes only: meta tensors hold no data
+        attention(Q, K, V, impl="explicit")
+    expected = counter.get_total_flops() // 2  # PyTorch counts 2 operations per multiply-add
+    return scalar(expected), (
+        (scalar(2 * expected), "that counts a multiply and an add separately; count each "
+                               "multiply-add once."),
+        (scalar(expected // 2), "that is one of the two products only; add Q K^T (d_QK per "
+                                "entry) and A V (d_V per entry)."),
+        (scalar(n_kv * n_kv * 2 * width), "that recomputes every token of the conversation; "
+                                          "only the question's N_Q tokens are queries."),
+    )
+
+
+@numbers("01.4", rel=1e-3, what="the new output, two numbers")
+def _context_edit():
+    """The output of q = (1, 2) after the third value moves from (4, 3) to (4, 9)."""
+    K, V = _toy_database()
+    q = torch.tensor([[1.0, 2.0]], dtype=torch.float64)
+    V_new = V.clone()
+    V_new[2] = torch.tensor([4.0, 9.0], dtype=torch.float64)
+    expected = attention(q, K, V_new, impl="explicit")[0]
+    before = attention(q, K, V, impl="explicit")[0]
+    return expected, (
+        (before, "that is the output before the edit; the third value changed."),
+        (before + (V_new[2] - V[2]), "the edit enters weighted: add P[0, 2] times the change "
+                                     "of v_2, not the whole change."),
+        (V_new[2], "that is the new value itself; attention averages all five values."),
+    )

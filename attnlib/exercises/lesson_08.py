@@ -1,0 +1,75 @@
+"""Checked exercises of lesson 08: rotary position embedding."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attnlib.exercises import numbers, scalar, whole_number
+from attnlib.memory import DEEPSEEK_V2, LLAMA3_8B
+from attnlib.rope import apply_rope, rope_frequencies
+
+
+@numbers("08.1", rel=1e-3, what="one number, the dot product (a float)")
+def _rope_angle():
+    """<q R_7, k R_4> for d = 2, q = (1, 0), k = (0, 1): sin(7 - 4) = sin 3."""
+    q = torch.tensor([[1.0, 0.0]], dtype=torch.float64)
+    k = torch.tensor([[0.0, 1.0]], dtype=torch.float64)
+
+    def dot(m: int, n: int) -> float:
+        return float(apply_rope(q, torch.tensor([m])) @ apply_rope(k, torch.tensor([n])).T)
+
+    expected = dot(7, 4)
+    return scalar(expected), (
+        (scalar(-expected), "the sign is flipped: that is sin(n - m); the query at m = 7 has "
+                            "turned 3 radians further than the key, not less."),
+        (scalar(math.sin(7 + 4)), "that adds the angles (m + n); rotating the key too "
+                                  "subtracts its angle: only m - n survives."),
+        (scalar(math.cos(3)), "that is the cosine: the key (0, 1) picks the second coordinate "
+                              "of the turned query, (cos 3, sin 3)."),
+        (scalar(math.sin(math.radians(3))), "the angles are in radians, not degrees "
+                                            "(theta_0 = 1 radian per position)."),
+        (scalar(expected / math.sqrt(2)), "the question asks for the plain dot product, "
+                                          "without the 1/sqrt(d) scaling."),
+    )
+
+
+@numbers("08.2", rel=1e-3, what="one wavelength, in positions (a float)")
+def _slowest_wavelength():
+    """Wavelength 2 pi / theta_63 of Llama 3's slowest pair (d_head = 128, b = 500,000)."""
+    d, base = LLAMA3_8B.d_head, 500_000.0
+    theta = rope_frequencies(d, base=base)
+    expected = 2 * math.pi / float(theta[-1])
+    return scalar(expected), (
+        (scalar(1 / float(theta[-1])), "that is 1 / theta_63, positions per radian; a full "
+                                       "turn takes 2 pi radians."),
+        (scalar(float(theta[-1])), "that is the angle theta_63 itself; the wavelength is "
+                                   "2 pi / theta_63."),
+        (scalar(2 * math.pi * base), "that uses the exponent 1; theta_63 = b^(-2 * 63 / 128) = "
+                                     "b^(-126/128)."),
+        (scalar(2 * math.pi / float(rope_frequencies(d, base=10_000.0)[-1])),
+         "that is base 10,000; Llama 3 uses 500,000."),
+        (scalar(2 * math.pi * base ** (2 * 63 / 4096)), "the exponent divides by the head "
+                                                        "width 128, not the model width."),
+    )
+
+
+@whole_number("08.4", what="a whole number of cached numbers (an int)", floats="equal")
+def _per_head_rotary_cache():
+    """DeepSeek-V2's cache per token and layer if every head had its own rotated key."""
+    ds = DEEPSEEK_V2
+    hints = {
+        ds.d_latent + ds.d_rope: "that is the real design, with one rotated key shared by all "
+                                 "heads; the question gives each head its own.",
+        ds.n_heads * ds.d_rope: "that is the rotary keys alone; the latent L is still cached.",
+        ds.values_per_token_per_layer("mha"): "that is a full multi-head cache; the latent "
+                                              "stays, only the rotary keys multiply.",
+        ds.d_latent + 2 * ds.n_heads * ds.d_rope: "that caches a rotary query per head too; "
+                                                  "queries are never cached.",
+        ds.n_layers * (ds.d_latent + ds.n_heads * ds.d_rope): "that is all 60 layers; the "
+                                                             "question asks for one layer.",
+    }
+    return ds.d_latent + ds.n_heads * ds.d_rope, hints, (
+        "not quite: add the latent width d_L and one rotary key of width d_R for each of the "
+        "H heads.")

@@ -1,0 +1,75 @@
+"""The attention variants a transformer block can hold, by name: ``"gqa"``, ``"mla"``, and yours.
+
+:class:`attnlib.layers.TransformerBlock` (and so :class:`attnlib.layers.TinyDecoder`)
+builds its attention sublayer from this registry: ``attention="gqa"`` looks up the builder
+registered under ``"gqa"`` and calls it with the block's width, head count and head width,
+the attention options the caller gave (``n_kv_heads``, ``d_latent``, ``d_latent_q``,
+``d_rope``, ``rope_base``; an option the builder has no parameter for is refused by name)
+and ``device``, ``dtype``. :mod:`attnlib.gqa` and :mod:`attnlib.mla` register their modules
+themselves.
+
+A variant is an ``nn.Module`` with
+
+- ``forward(X, *, causal, mask, positions, cache)`` for its users, which checks its
+  arguments (with ``_check``) and runs ``_forward``;
+- ``_check(X, *, causal, mask, positions, cache)`` and ``_forward(...)`` (the same
+  arguments): the block checks its own arguments with the first and runs the second;
+- ``new_cache(max_tokens=None)``: an empty cache of the kind its ``forward`` takes
+  (growing, or preallocated for ``max_tokens`` tokens), and ``_check_cache(cache, batch,
+  n)``, which a decoder asks whether ``cache`` takes ``n`` more tokens.
+
+Subclassing :class:`~attnlib.gqa.GroupedQueryAttention` gives all of them.
+
+Example:
+    A variant of one's own, registered in one's own module (here, GQA whose heads all
+    read one KV head):
+
+    >>> from attnlib.gqa import GroupedQueryAttention
+    >>> @register_attention("one-kv-head")
+    ... def _mqa(d_model, n_heads, d_head, *, rope_base=None, device=None, dtype=None):
+    ...     return GroupedQueryAttention(d_model, n_heads, 1, d_head, rope_base=rope_base,
+    ...                                  device=device, dtype=dtype)
+    >>> import attnlib
+    >>> attnlib.TransformerBlock(16, 4, attention="one-kv-head").attn.n_kv_heads
+    1
+    >>> del ATTENTION["one-kv-head"]
+
+Lesson: 04_masks_and_layers (the block), 06_gqa and 07_mla (the variants).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch import nn
+
+__all__ = ["ATTENTION", "register_attention"]
+
+Builder = Callable[..., nn.Module]
+
+ATTENTION: dict[str, Builder] = {}
+"""Every registered variant: name -> builder ``(d_model, n_heads, d_head, **options) -> module``."""
+
+
+def register_attention(name: str) -> Callable[[Builder], Builder]:
+    """Register the decorated builder as attention variant ``name``.
+
+    Args:
+        name: what ``TransformerBlock(attention=name)`` asks for.
+
+    Returns:
+        A decorator that registers a builder and returns it unchanged.
+
+    Raises:
+        ValueError: ``name`` is taken.
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty str; got {name!r}")
+
+    def add(build: Builder) -> Builder:
+        if name in ATTENTION:
+            raise ValueError(f"name must be a new attention variant; {name!r} is registered")
+        ATTENTION[name] = build
+        return build
+
+    return add
