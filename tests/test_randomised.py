@@ -512,3 +512,79 @@ def test_multiply_adds_of_the_sampling_estimators_by_hand():
     assert set(R.ESTIMATORS) >= {"exact", "sampled product", "top-k, exact logits"}
     with pytest.raises(ValueError, match="estimator must be one of"):
         R.multiply_adds("magic", 1, 1, 1, 1, 1)
+
+
+# ---------------------------------------------------------------------------------------
+# one check per call: the unchecked cores compute what the public functions return
+
+
+def test_unchecked_cores_return_what_the_checked_calls_return():
+    Q, K, V = _qkv(50)
+    A, V2 = _A_V(51)
+    rho = torch.softmax(torch.randn(5, 12, generator=torch.Generator().manual_seed(52),
+                                    dtype=F64), -1)
+    Omega = R.gaussian_sketch(4, 3, generator=torch.Generator().manual_seed(53), dtype=F64)
+    s = 0.5  # the cores take the scale that the public functions default to 1 / sqrt(d_QK)
+
+    def same(public, core):
+        torch.testing.assert_close(public, core, rtol=0, atol=0)
+
+    def seeded():
+        return torch.Generator().manual_seed(54)
+
+    same(R.sample_keys(rho, 6, generator=seeded()), R.sample_keys.unchecked(rho, 6, seeded()))
+    same(R.importance_attention(Q, K, V, rho, 6, generator=seeded()),
+         R.importance_attention.unchecked(Q, K, V, rho, 6, seeded(), s))
+    same(R.sampling_variance(rho, V, rho), R.sampling_variance.unchecked(rho, V, rho))
+    same(R.effective_sample_size(rho, rho.flip(-1), 3),
+         R.effective_sample_size.unchecked(rho, rho.flip(-1), 3))
+    same(R.norm_proposal(Q, K), R.norm_proposal.unchecked(Q, K, s))
+    same(R.sketch_proposal(Q, K, Omega), R.sketch_proposal.unchecked(Q, K, Omega, s))
+    same(R.sketched_logits(Q, K, Omega), R.sketched_logits.unchecked(Q, K, Omega, s))
+    same(R.product_probabilities(A, V2), R.product_probabilities.unchecked(A, V2))
+    same(R.sampled_product(A, V2, 4, generator=seeded()),
+         R.sampled_product.unchecked(A, V2, 4, None, seeded()))
+    same(R.sampled_product_mse(A, V2, 4), R.sampled_product_mse.unchecked(A, V2, 4, None))
+    E = torch.randn(3, 12, generator=seeded(), dtype=F64)
+    same(R.linformer_attention(Q, K, V, E), R.linformer_attention.unchecked(Q, K, V, E, E, s))
+    same(R.nystrom_attention(Q, K, V, 3),
+         R.nystrom_attention.unchecked(Q, K, V, 3, "means", None, 6, s))
+    W, _ = _spectrum_matrix(10, 8)
+    for a, b in zip(R.randomised_svd(W, 3, oversample=2, generator=seeded()),
+                    R.randomised_svd.unchecked(W, 3, 2, 1, seeded()), strict=True):
+        same(a, b)
+    assert R.multiply_adds("linformer", 5, 12, 4, 3, 2) == R.multiply_adds.unchecked(
+        "linformer", 5, 12, 4, 3, 2, 0)
+
+
+@pytest.mark.parametrize(
+    ("thunk", "error", "match"),
+    [
+        (lambda Q, K, V: R.sketched_logits(Q, K, torch.eye(4)), TypeError,
+         "Omega must have Q's dtype torch.float64; got torch.float32"),
+        (lambda Q, K, V: R.sampling_variance(torch.ones(5, 12, dtype=F64), V[:11]), ValueError,
+         r"V must have one row per column of P \(N_KV = 12\)"),
+        (lambda Q, K, V: R.sampling_variance(torch.ones(5, 12, dtype=F64), V,
+                                             torch.ones(5, 11, dtype=F64)),
+         ValueError, r"proposal must have shape \(\.\.\., N_Q, N_KV\) = \(\.\.\., 5, 12\)"),
+        (lambda Q, K, V: R.effective_sample_size(torch.ones(5, 12, dtype=F64),
+                                                 torch.zeros(5, 12, dtype=F64)),
+         ValueError, "proposal must be non-negative with a positive sum in every row"),
+        (lambda Q, K, V: R.norm_proposal(Q, K, scale=0.0), ValueError,
+         "scale must be a finite positive number"),
+        (lambda Q, K, V: R.linformer_attention(Q, K, V, torch.eye(12)), TypeError,
+         "E must have K's dtype"),
+        (lambda Q, K, V: R.randomised_mla_from_mha(
+            attnlib.GroupedQueryAttention(8, 2, 1, 4, rope_base=10000.0), 2), ValueError,
+         "attn.rope_base must be None"),
+        (lambda Q, K, V: R.randomised_mla_from_mha(
+            attnlib.GroupedQueryAttention(8, 2, 1, 4), 4, oversample=8), ValueError,
+         r"d_latent \+ oversample must be at most min\(d_in, 2 G d_head\) = 8; got 4 \+ 8"),
+        (lambda Q, K, V: R.randomised_mla_from_mha(torch.eye(3), 2), TypeError,
+         "attn must be an attnlib.GroupedQueryAttention; got Tensor"),
+        (lambda Q, K, V: R.gaussian_sketch(4, 0), ValueError, "r must be a positive int"),
+    ],
+)
+def test_bad_input_names_the_argument_and_the_rule(thunk, error, match):
+    with pytest.raises(error, match=match):
+        thunk(*_qkv(55))
