@@ -38,6 +38,7 @@ import math
 import torch
 
 from attnlib._checks import (
+    broadcast_shape,
     check_choice,
     check_like,
     check_matrix,
@@ -181,7 +182,7 @@ def _importance_attention(
     generator: torch.Generator | None,
     scale: float,
 ) -> torch.Tensor:
-    batch = torch.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2], rho.shape[:-2])
+    batch = broadcast_shape(Q.shape[:-2], K.shape[:-2], V.shape[:-2], rho.shape[:-2])
     rho = rho.expand(*batch, *rho.shape[-2:])
     rho = rho / rho.sum(dim=-1, keepdim=True)  # (..., N_Q, N_KV)
     j = _sample_keys(rho, m, generator)  # (..., N_Q, m)
@@ -436,7 +437,7 @@ def _sampled_product(
     probs: torch.Tensor | None,
     generator: torch.Generator | None,
 ) -> torch.Tensor:
-    batch = torch.broadcast_shapes(A.shape[:-2], V.shape[:-2])
+    batch = broadcast_shape(A.shape[:-2], V.shape[:-2])
     A, V = A.expand(*batch, *A.shape[-2:]), V.expand(*batch, *V.shape[-2:])
     p = _product_probabilities(A, V) if probs is None else probs / probs.sum(-1, keepdim=True)
     p = p.expand(*batch, A.shape[-1])
@@ -1014,6 +1015,9 @@ def _check_importance(Q, K, V, proposal, m, scale) -> None:
     check_qkv(Q, K, V)
     check_optional_positive_float("scale", scale)
     _check_distribution("proposal", proposal, Q.shape[-2], K.shape[-2], Q, "Q's")
+    if broadcast_shape(Q.shape[:-2], K.shape[:-2], V.shape[:-2], proposal.shape[:-2]) is None:
+        raise ValueError("the batch dimensions of proposal must broadcast with those of Q, K "
+                         f"and V; got proposal {tuple(proposal.shape)} and Q {tuple(Q.shape)}")
     check_positive_int("m", m)
 
 
@@ -1049,6 +1053,9 @@ def _check_product(A, V, m=None, probs=None) -> None:
             f"A's columns must match V's rows (N_KV) to form A V; got A {tuple(A.shape)} and "
             f"V {tuple(V.shape)}"
         )
+    if broadcast_shape(A.shape[:-2], V.shape[:-2]) is None:
+        raise ValueError("the batch dimensions (all but the last two) of A and V must "
+                         f"broadcast; got A {tuple(A.shape)} and V {tuple(V.shape)}")
     if m is not None:
         check_positive_int("m", m)
     if probs is not None:

@@ -583,6 +583,12 @@ def test_unchecked_cores_return_what_the_checked_calls_return():
         (lambda Q, K, V: R.randomised_mla_from_mha(torch.eye(3), 2), TypeError,
          "attn must be an attnlib.GroupedQueryAttention; got Tensor"),
         (lambda Q, K, V: R.gaussian_sketch(4, 0), ValueError, "r must be a positive int"),
+        (lambda Q, K, V: R.importance_attention(Q.expand(3, 5, 4), K, V,
+                                                torch.ones(2, 5, 12, dtype=F64), 3),
+         ValueError, "the batch dimensions of proposal must broadcast"),
+        (lambda Q, K, V: R.sampled_product(torch.ones(3, 5, 12, dtype=F64),
+                                           torch.ones(2, 12, 3, dtype=F64), 2),
+         ValueError, "the batch dimensions .* of A and V must broadcast"),
     ],
 )
 def test_bad_input_names_the_argument_and_the_rule(thunk, error, match):
