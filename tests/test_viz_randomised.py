@@ -201,3 +201,43 @@ def test_estimator_table_respects_the_budget():
     assert table.loc["top-k, exact logits", "error, peaked head"] < 0.1
     with pytest.raises(ValueError, match="fraction must lie in"):
         vr.estimator_table(1.5)
+
+
+def test_trained_heads_reproduce_each_attention_output():
+    """P and V of every layer give that layer's attention output, by the model's own call."""
+    from attnlib import pretrained, tasks
+    from attnlib.heads import merge_heads
+
+    model = pretrained.load(vr.TRAINED_MODEL).to(F64)
+    ids, _ = tasks.book_held_out(n_tokens=128, n_windows=1)
+    heads = vr.trained_heads()
+    assert len(heads) == len(model.blocks)
+    h = model.E[ids]
+    with torch.no_grad():
+        for block, (P, V) in zip(model.blocks, heads, strict=True):
+            X = block.attn_norm(h)
+            assert P.shape == (4, 128, 128) and V.shape == (4, 128, 16)
+            torch.testing.assert_close(merge_heads(P @ V)[None] @ block.attn.W_O,
+                                       block.attn(X, causal=True))
+            h = block(h, causal=True)
+        torch.testing.assert_close(model.final_norm(h) @ model.output_weights(), model(ids))
+    heads[0][0].zero_()  # copies: the cached heads stay as they were
+    assert vr.trained_heads()[0][0].abs().sum() > 0
+
+
+def test_trained_product_table_formula_bound_and_optimality():
+    table = vr.trained_product_table((8, 32), draws=50)
+    assert table.index.names == ["layer", "m"] and (table["draws"] == 50).all()
+    P, V = vr.trained_heads()[2]
+    Y = P @ V
+    # the exact expected error by an explicit sum over the heads and keys, for m = 32
+    mse = 0.0
+    for h in range(P.shape[0]):
+        c = [float(P[h, :, j].norm() * V[h, j].norm()) for j in range(P.shape[-1])]
+        mse += (sum(c) ** 2 - float(Y[h].pow(2).sum())) / 32
+    assert table.loc[(2, 32), "optimal: formula"] == round(math.sqrt(mse) / float(Y.norm()), 3)
+    assert (table["optimal: measured"] <= table["bound |P| |V| / √m"]).all()
+    assert (table["optimal: formula"] < table["uniform: formula"]).all()
+    # with 50 draws the measurement is within 10 % of the exact expectation
+    ratio = table["optimal: measured"] / table["optimal: formula"]
+    assert ratio.between(0.9, 1.1).all()

@@ -8,7 +8,8 @@ many draws at digits that are the same on any machine.
 * the toy: :func:`retrieval_head`, self-attention in which each token looks for one other;
 * attention as an expectation: :func:`importance_table`, :func:`proposal_errors`,
   :func:`proposal_figure`, :func:`sampling_topk_table`;
-* column sampling: :func:`product_table`;
+* column sampling: :func:`product_table`, and on a trained model :func:`trained_heads`,
+  :func:`trained_product_table`;
 * sketching the logits: :func:`sketch_table`, :func:`select_weight_table`;
 * low rank: :func:`sequence_rank_table`, :func:`structure_table`, :func:`svd_table`;
 * random features as a ratio estimator: :func:`feature_bias_table`;
@@ -33,6 +34,7 @@ from attnlib._checks import check_choice, check_positive_int
 from attnlib.approx import gaussian_features, positive_random_features, topk_attention
 from attnlib.core import attention, attention_weights
 from attnlib.gqa import GroupedQueryAttention
+from attnlib.heads import repeat_kv, split_heads
 from attnlib.mla import mla_from_mha
 from attnlib.randomised import (
     gaussian_sketch,
@@ -56,6 +58,7 @@ __all__ = [
     "PROPOSALS",
     "SAMPLE_COUNTS",
     "SHARPNESS",
+    "TRAINED_MODEL",
     "estimator_table",
     "feature_bias_table",
     "feature_head",
@@ -72,6 +75,8 @@ __all__ = [
     "sketch_table",
     "structure_table",
     "svd_table",
+    "trained_heads",
+    "trained_product_table",
 ]
 
 F64 = torch.float64
@@ -463,6 +468,92 @@ def product_table(ms: Sequence[int] = (16, 64, 128), *, draws: int = 200) -> pd.
     check_positive_int("draws", draws)
     rows = _product_rows(tuple(check_positive_int("ms[...]", m) for m in ms), draws)
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("m")
+
+
+TRAINED_MODEL = "book"
+"""The trained model whose attention :func:`trained_product_table` samples
+(:func:`attnlib.pretrained.load`): four layers of four heads over the book's own text."""
+
+
+@lru_cache(maxsize=1)
+def _trained_heads() -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+    from attnlib import pretrained, probes, tasks  # loaded on first use: they read weights
+
+    model = pretrained.load(TRAINED_MODEL).to(F64)
+    ids, _ = tasks.book_held_out(n_tokens=128, n_windows=1)  # (1, N) held-out characters
+    maps = probes.attention_maps(model, ids, dtype=None)
+    heads = []
+    with torch.no_grad():
+        h = model.E[ids]  # the residual stream, walked block by block (pre-norm blocks)
+        for block, P in zip(model.blocks, maps, strict=True):
+            attn = block.attn
+            X = block.attn_norm(h)  # what the block hands its attention
+            V = repeat_kv(split_heads(X @ attn.W_V, attn.n_kv_heads), attn.n_heads)
+            heads.append((P[0], V[0]))  # (H, N, N), (H, N, d_head)
+            h = block(h, causal=True)
+    return tuple(heads)
+
+
+def trained_heads() -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each layer's weights ``P`` and values ``V`` in the trained model, on held-out text.
+
+    The model :data:`TRAINED_MODEL` runs in float64 on the first 128 characters of the
+    held-out part of its corpus (:func:`attnlib.tasks.book_held_out`); ``P`` comes from
+    :func:`attnlib.probes.attention_maps` and ``V_h = X W_V^h`` from the input ``X`` of
+    each attention sublayer, so ``P_h V_h`` is head ``h``'s output before ``W_O``.
+
+    Returns:
+        list of ``(P (H, N, N), V (H, N, d_head))``, one per layer (copies).
+    """
+    return [(P.clone(), V.clone()) for P, V in _trained_heads()]
+
+
+@lru_cache(maxsize=4)
+@_one_thread
+def _trained_rows(ms: tuple[int, ...], draws: int) -> dict:
+    rows = {}
+    for layer, (P, V) in enumerate(_trained_heads()):
+        H, n = P.shape[0], P.shape[-1]
+        Y = P @ V  # (H, N, d_head): every head's output
+        norm = float(Y.norm())
+        probs = {"optimal": product_probabilities(P, V),  # (H, N): one distribution per head
+                 "uniform": torch.full((H, n), 1.0 / n, dtype=F64)}
+        for m in ms:
+            row: dict[str, float | int] = {"draws": draws}
+            for name, rho in probs.items():
+                gen = torch.Generator().manual_seed(3000 + 100 * layer + m)
+                est = sampled_product(P.expand(draws, H, n, n), V, m, probs=rho, generator=gen)
+                measured = float((est - Y).pow(2).sum(dim=(-3, -2, -1)).mean().sqrt()) / norm
+                row[f"{name}: measured"] = round(measured, 3)
+                row[f"{name}: formula"] = round(
+                    float(sampled_product_mse(P, V, m, probs=rho).sum().sqrt()) / norm, 3)
+            bound = (P.norm(dim=(-2, -1)) * V.norm(dim=(-2, -1))).pow(2).sum().sqrt()
+            row["bound |P| |V| / √m"] = round(float(bound) / math.sqrt(m) / norm, 3)
+            rows[(layer, m)] = row
+    return rows
+
+
+def trained_product_table(ms: Sequence[int] = (8, 32), *, draws: int = 200) -> pd.DataFrame:
+    """Column sampling of ``Y_h = P_h V_h`` in every layer of the trained model.
+
+    For each layer of :func:`trained_heads` and each ``m``, ``draws`` estimates by
+    :func:`attnlib.randomised.sampled_product`, each head sampling ``m`` of its ``N``
+    keys for all of its queries, with the optimal probabilities of each head and with
+    uniform ones. Root-mean-square errors of the layer's heads together, relative to
+    ``(sum_h |P_h V_h|_F^2)^{1/2}``, measured and from
+    :func:`attnlib.randomised.sampled_product_mse`, and the bound
+    ``(sum_h |P_h|_F^2 |V_h|_F^2 / m)^{1/2}`` of the optimal probabilities (3 decimals).
+
+    Args:
+        ms: keys sampled per head.
+        draws: estimates per setting.
+
+    Returns:
+        pd.DataFrame indexed by (layer, ``m``).
+    """
+    check_positive_int("draws", draws)
+    rows = _trained_rows(tuple(check_positive_int("ms[...]", m) for m in ms), draws)
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis(["layer", "m"])
 
 
 # ---------------------------------------------------------------------------------------
