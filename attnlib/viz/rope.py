@@ -80,10 +80,13 @@ small base of 100, whose slow pairs turn much further.
 TWIN_OFFSETS: tuple[int, ...] = (*range(13), 16, 20, 25, 32, 40, 48, 56, 64)
 """The offsets of the lesson's twin: every offset up to 12, then a coarser grid to 64."""
 
-TWIN_SETTINGS: tuple[tuple[int, float], ...] = tuple(
-    (offset, base) for base in (10_000.0, 500_000.0, 100.0) for offset in TWIN_OFFSETS)
-"""The settings of the lesson's twin: every :data:`TWIN_OFFSETS` with each base, so that the
-twin asks the reader to search, as the live explorer does, rather than listing the answers."""
+TWIN_SETTINGS: tuple[tuple[int, float], ...] = (
+    *((offset, 10_000.0) for offset in TWIN_OFFSETS),
+    *((offset, base) for base in (500_000.0, 100.0) for offset in (0, 1, 6, 12, 25, 40, 64)),
+)
+"""The settings of the lesson's twin: every :data:`TWIN_OFFSETS` with RoFormer's base, and a
+coarser grid with the other two, so that the twin asks the reader to search, as the live
+explorer does, rather than listing the answers."""
 
 _BASE_LOOKS = {  # colour, dash and marker together, so colour is never the only signal
     10_000.0: {"color": COLORS["main"], "dash": DASHES["measured"], "symbol": "circle"},
