@@ -28,7 +28,8 @@ def test_tiling_table_is_n_squared_against_n_times_block():
     assert table["ratio"].tolist() == [4.0, 8.0]
     fig = vf.tiling_figure((64, 128), block_size=16, d=8)
     assert isinstance(fig, go.Figure) and len(fig.data) == 4
-    assert list(fig.data[0].y) == [64 * 64 * 4 / 1024, 128 * 128 * 4 / 1024]
+    assert list(fig.data[0].y) == [64 * 64 * 4 / 1000, 128 * 128 * 4 / 1000]
+    assert table["explicit: kB"].tolist() == [16.4, 65.5]
     assert "8× smaller" in fig.layout.title.text
 
 

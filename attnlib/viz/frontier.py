@@ -133,8 +133,8 @@ def tiling_table(
         seed: seed of the draw.
 
     Returns:
-        pd.DataFrame: the largest intermediate of each path in elements and in KiB
-        (float32), and their ratio, indexed by ``N``.
+        pd.DataFrame: the largest intermediate of each path in elements and in kB
+        (float32, 1 kB = 1,000 bytes, 1 decimal), and their ratio, indexed by ``N``.
     """
     check_positive_int("block_size", block_size)
     rows = {}
@@ -145,8 +145,8 @@ def tiling_table(
         rows[n] = {
             "explicit: elements": explicit,
             "tiled: elements": tiled,
-            "explicit: KiB": explicit * 4 // 1024,
-            "tiled: KiB": tiled * 4 // 1024,
+            "explicit: kB": round(explicit * 4 / 1000, 1),
+            "tiled: kB": round(tiled * 4 / 1000, 1),
             "ratio": round(explicit / tiled, 2),
         }
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("N")
@@ -159,7 +159,7 @@ def tiling_figure(
     d: int = 32,
     seed: int = 0,
 ) -> go.Figure:
-    """The largest intermediate (KiB, float32) of both paths against ``N``, log-log.
+    """The largest intermediate (kB, float32) of both paths against ``N``, log-log.
 
     Uses :func:`tiling_table`; the reference lines are ``N^2`` and ``N * block_size``
     elements, the sizes of the full logit matrix and of one block of logits.
@@ -183,12 +183,12 @@ def tiling_figure(
         fig.add_trace(
             go.Scatter(
                 x=x,
-                y=rounded([v * 4 / 1024 for v in table[f"{col}: elements"]], 3),
+                y=rounded([v * 4 / 1000 for v in table[f"{col}: elements"]], 3),
                 mode="markers+lines",
                 name=f"{name} (measured)",
                 line={"color": color, "width": 2},
                 marker={"symbol": symbol, "size": 9},
-                hovertemplate=f"{name}<br>N = %{{x}}<br>%{{y:.0f}} KiB<extra></extra>",
+                hovertemplate=f"{name}<br>N = %{{x}}<br>%{{y:.1f}} kB<extra></extra>",
             )
         )
     for name, sizes, color in (
@@ -198,11 +198,11 @@ def tiling_figure(
         fig.add_trace(
             go.Scatter(
                 x=x,
-                y=rounded([s * 4 / 1024 for s in sizes], 3),
+                y=rounded([s * 4 / 1000 for s in sizes], 3),
                 mode="lines",
                 name=name,
                 line={"color": color, "dash": DASHES["marker"], "width": 1},
-                hovertemplate=f"{name}<br>N = %{{x}}<br>%{{y:.0f}} KiB<extra></extra>",
+                hovertemplate=f"{name}<br>N = %{{x}}<br>%{{y:.1f}} kB<extra></extra>",
             )
         )
     fig.update_xaxes(
@@ -212,7 +212,7 @@ def tiling_figure(
         tickvals=x,
         ticktext=[str(n) for n in x],
     )
-    fig.update_yaxes(type="log", title_text="largest intermediate (KiB, float32)")
+    fig.update_yaxes(type="log", title_text="largest intermediate (kB, float32)")
     last = x[-1]
     style(
         fig,
@@ -635,7 +635,7 @@ def feature_count_figure(r: int = 16, orthogonal: bool = False, *, seed: int = 0
     return _two_panel_style(
         fig,
         f"Positive random features, r = {r} ({kind})<br><sup>mean relative error of "
-        f"Y: {err_Y:.4f}; the error falls like 1/√r</sup>",
+        f"Y: {err_Y:.4f}; dashed: c/√r, the rate of each entry's standard deviation</sup>",
         bottom=130,
     )
 
