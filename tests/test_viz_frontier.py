@@ -106,3 +106,19 @@ def test_needle_table_closed_form():
     logits[0] = 10.0
     assert table.iloc[0, 0] == round(float(torch.softmax(logits, 0)[0]), 4)
     assert table.iloc[0, 1] == round(math.log(4095), 2)
+
+
+def test_first_token_table_matches_the_probe_per_layer():
+    from attnlib import probes
+    from attnlib.layers import TinyDecoder
+
+    model = TinyDecoder(vocab_size=11, d_model=16, n_layers=2, n_heads=2, d_head=8, d_ff=32,
+                        seed=0).eval()
+    ids = torch.randint(0, 11, (3, 9), generator=torch.Generator().manual_seed(0))
+    table = vf.first_token_table({"m": model}, ids)
+    share = probes.first_token_share(model, ids)
+    assert list(table.index) == [0, 1]
+    assert table["m: mean over heads"].tolist() == share.mean(dim=-1).numpy().round(4).tolist()
+    assert table["m: largest head"].tolist() == share.amax(dim=-1).numpy().round(4).tolist()
+    # shares of attention weights: in (0, 1]
+    assert (table.to_numpy() <= 1).all() and (table.to_numpy() > 0).all()

@@ -12,7 +12,8 @@ so the numbers are the same on any machine:
 * sparse attention: :func:`topk_table` and :func:`topk_figure` measure the error and the
   cost of top-k attention with exact and with cheap indexer scores;
 * random features: :func:`feature_errors` and :func:`feature_count_figure`;
-* attention sinks: :func:`sink_table`; usable context: :func:`needle_table`.
+* attention sinks: :func:`sink_table`, and :func:`first_token_table` for trained models;
+  usable context: :func:`needle_table`.
 
 Lesson: 09_frontier.
 """
@@ -41,6 +42,7 @@ __all__ = [
     "TOPK_VALUES",
     "feature_count_figure",
     "feature_errors",
+    "first_token_table",
     "io_table",
     "largest_intermediate",
     "needle_table",
@@ -733,3 +735,28 @@ def needle_table(
             "gap needed for weight 0.5": round(math.log(n - 1), 2),
         }
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("N")
+
+
+def first_token_table(models: dict[str, torch.nn.Module], ids: torch.Tensor) -> pd.DataFrame:
+    """The share of attention on position 0, layer by layer, in trained decoders.
+
+    For each model, :func:`attnlib.probes.first_token_share` on ``ids`` (in float64, so the
+    numbers are the same on every CPU): the mean over heads of the weight that queries
+    ``1 .. N-1`` put on position 0, and the largest share of any one head. An attention sink
+    shows as a share far above :func:`attnlib.probes.uniform_first_token_share`.
+
+    Args:
+        models: trained decoders by name, e.g. ``{"book": attnlib.pretrained.load("book")}``.
+        ids: ``(B, N)`` token ids, e.g. held-out text.
+
+    Returns:
+        pd.DataFrame: two columns per model (4 decimals), indexed by layer.
+    """
+    from attnlib.probes import first_token_share
+
+    columns = {}
+    for name, model in models.items():
+        share = first_token_share(model, ids)  # (n_layers, n_heads)
+        columns[f"{name}: mean over heads"] = share.mean(dim=-1).numpy().round(4)
+        columns[f"{name}: largest head"] = share.amax(dim=-1).numpy().round(4)
+    return pd.DataFrame(columns).rename_axis("layer")
