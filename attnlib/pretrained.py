@@ -67,6 +67,8 @@ def variants(name: str) -> list[dict[str, int]]:
     """The shipped fine-tuned conversions of model ``name``, as the keywords :func:`load` takes.
 
     Example:
+        >>> variants("book")
+        [{'n_kv_heads': 1}, {'n_kv_heads': 2}]
         >>> variants("recall")  # no conversion of it ships
         []
     """
