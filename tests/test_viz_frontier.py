@@ -122,3 +122,11 @@ def test_first_token_table_matches_the_probe_per_layer():
     assert table["m: largest head"].tolist() == share.amax(dim=-1).numpy().round(4).tolist()
     # shares of attention weights: in (0, 1]
     assert (table.to_numpy() <= 1).all() and (table.to_numpy() > 0).all()
+    # zero queries make every logit 0: uniform causal weights, whose share on position 0 is
+    # the mean over queries i = 1 .. N-1 of 1 / (i + 1), written out here
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.W_Q.zero_()
+    uniform = round(sum(1 / (i + 1) for i in range(1, 9)) / 8, 4)
+    table = vf.first_token_table({"m": model}, ids)
+    assert table.to_numpy().tolist() == [[uniform, uniform], [uniform, uniform]]
