@@ -375,7 +375,8 @@ def cost_figure(
 
     Returns:
         go.Figure: measured times (ms), the fitted power law and the scaled count; the
-        annotation gives the fitted slope.
+        annotation gives the fitted slope and the local slopes
+        ``log(t_{k+1} / t_k) / log(N_{k+1} / N_k)`` between neighbouring sizes.
     """
     n, seconds, counts = list(n), list(seconds), list(counts)
     if not len(n) == len(seconds) == len(counts) or len(n) < 2:
@@ -397,12 +398,16 @@ def cost_figure(
                    name="multiply-adds N²(d_QK + d_V), scaled",
                    line={"color": COLORS["reference"], "dash": DASHES["reference"]}),
     ])
-    fig.add_annotation(text=f"fitted slope = {slope:.2f}", xref="paper", yref="paper",
+    local = [math.log(seconds[k + 1] / seconds[k]) / math.log(n[k + 1] / n[k])
+             for k in range(len(n) - 1)]
+    between = ", ".join(f"{s:.2f} ({n[k]} to {n[k + 1]})" for k, s in enumerate(local))
+    fig.add_annotation(text=f"fitted slope = {slope:.2f}<br>local slopes: {between}",
+                       xref="paper", yref="paper",
                        x=0.02, y=0.98, xanchor="left", yanchor="top", showarrow=False,
                        bgcolor="rgba(255,255,255,0.85)")
     fig.update_xaxes(type="log", title_text="N = N_Q = N_KV (tokens)", tickvals=n,
                      ticktext=[str(x) for x in n])
     fig.update_yaxes(type="log", title_text="time of one call (ms)")
     # the lines rise to the right, so the upper left corner is free for the legend
-    fig.update_layout(legend={"x": 0.02, "xanchor": "left", "y": 0.88, "yanchor": "top"})
+    fig.update_layout(legend={"x": 0.02, "xanchor": "left", "y": 0.80, "yanchor": "top"})
     return style(fig, "The cost of a lookup grows like N²: time against N, log-log")
