@@ -31,7 +31,7 @@ PORTABLE := ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
 NBVAL := -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
   -n auto --dist loadfile
 
-.PHONY: help book pdf serve lab execute test test-lib clean distclean
+.PHONY: help book pdf serve lab execute models test test-lib clean distclean
 
 help:
 	@echo "make book       build the static site into $(HTML)"
@@ -39,6 +39,7 @@ help:
 	@echo "make serve      build, then serve it at http://127.0.0.1:$(PORT)"
 	@echo "make lab        JupyterLab on the lessons"
 	@echo "make execute    run lessons top to bottom and save their outputs (NB=path for one)"
+	@echo "make models     re-train every model attnlib ships (attnlib/weights; about an hour)"
 	@echo "make test       ruff, pytest, nbval, book build, standalone lessons, PDF, browser, actionlint"
 	@echo "make test-lib   the fast part: ruff, pytest (no site checks), doctests"
 	@echo "make clean      remove $(BUILD) and caches (distclean: also .venv and node_modules)"
@@ -88,6 +89,11 @@ lab: $(VENV_STAMP)
 # Lessons are committed executed; NB=lessons/NN_slug.ipynb runs one, the default runs all.
 execute: $(VENV_STAMP)
 	$(BIN)/python tests/execute_lessons.py $(NB)
+
+# Re-create every shipped model from scratch (python -m attnlib.train, one thread); the
+# fine-tuned conversions run after the models they start from. Not part of `make test`.
+models: $(VENV_STAMP)
+	$(BIN)/python -m attnlib.train all
 
 # Day-to-day work on attnlib: lint, the tests, the docstring examples; no lesson runs, no site.
 test-lib: $(VENV_STAMP) $(NPM_STAMP)

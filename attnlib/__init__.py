@@ -23,6 +23,10 @@ Modules, one concept each (the chapter that explains it in brackets):
 - ``tokens``     toy tokenizers and the embedding lookup                 (00)
 - ``examples``   the lessons' fixed examples (toy database, toy layer)   (01, 03)
 - ``device``     the default device rule
+- ``tasks``      training data the book makes: recall, induction, its own text (01, 03, 05-09)
+- ``train``      a short training loop, evaluation, the shipped models' recipes (01, 03, 06, 07)
+- ``pretrained`` the small trained models shipped in the package, GQA/MLA conversions (01-09)
+- ``probes``     attention maps, head scores and ablations of a trained model (01, 03, 09)
 - ``viz``        figures and explorers for every chapter (loaded on first use)
 - ``exercises``  answer checks for the lessons' exercises (loaded on first use)
 
@@ -121,9 +125,10 @@ __all__ = [
     "default_device",
 ]
 
-# viz (plotly, ipywidgets) and exercises load on first use, so `import attnlib` stays
-# light: `attnlib.viz.twin(...)` works after a plain `import attnlib`.
-_LAZY_SUBMODULES = ("viz", "exercises")
+# viz (plotly, ipywidgets), exercises and the trained models' modules load on first use, so
+# `import attnlib` stays light: `attnlib.viz.twin(...)` and `attnlib.pretrained.load(...)`
+# work after a plain `import attnlib`.
+_LAZY_SUBMODULES = ("viz", "exercises", "tasks", "train", "pretrained", "probes")
 
 
 def __getattr__(name: str):

@@ -341,3 +341,14 @@ def check_attention_call(
         check_positions(positions, n_q, X.device)
     if mask is not None:
         check_mask(mask, (*X.shape[:-2], n_q, n_kv), X.device, min_dim=2)
+
+
+def check_token_batch(ids: object, targets: object) -> None:
+    """``ids`` and ``targets`` integer tensors of one shape ``(B, N)`` (a batch to score)."""
+    for name, t in (("ids", ids), ("targets", targets)):
+        if not isinstance(t, torch.Tensor) or t.is_floating_point() or t.is_complex():
+            got = f"a {t.dtype} tensor" if isinstance(t, torch.Tensor) else type(t).__name__
+            raise TypeError(f"{name} must be an integer tensor of token ids; got {got}")
+    if ids.dim() != 2 or ids.shape != targets.shape:
+        raise ValueError(f"ids and targets must both have shape (B, N); got {tuple(ids.shape)} "
+                         f"and {tuple(targets.shape)}")

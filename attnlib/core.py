@@ -171,12 +171,28 @@ def attention_weights(
     Lesson: 02_softmax_attention.
     """
     _check_attention(Q, K, None, kernel, mask, causal, scale)
+    return _attention_weights(Q, K, kernel=kernel, mask=mask, causal=causal, scale=scale)
+
+
+def _attention_weights(
+    Q: torch.Tensor,
+    K: torch.Tensor,
+    *,
+    kernel: Kernel = "softmax",
+    mask: torch.Tensor | None = None,
+    causal: bool = False,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """:func:`attention_weights` without its input check (``attention_weights.unchecked``)."""
     scale = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else scale
     work = work_dtype(Q.dtype)  # half precision: work in float32
     S = scale * Q.to(work) @ K.to(work).mT  # (..., N_Q, N_KV) logits
     A = _kernel_matrix(kernel, S, _allowed(mask, causal, Q, K))  # (..., N_Q, N_KV)
     Z = A.sum(dim=-1, keepdim=True)  # (..., N_Q, 1)
     return (A / torch.where(Z > 0, Z, 1.0)).to(Q.dtype)  # P = Z^-1 A
+
+
+attention_weights.unchecked = _attention_weights
 
 
 def similarity(

@@ -9,6 +9,11 @@ to 1, so a head with nothing to read must still average some values; without a g
 learns to park its weight on a token whose value is close to 0 (an attention sink), while
 a gated head can simply close its gate.
 
+:class:`GatedAttention` is grouped-query attention with this gate on every head; it is
+registered as attention variant ``"gated"``, so ``attnlib.TinyDecoder(...,
+attention="gated")`` uses it in every block (the ``"book-gated"`` model of
+:mod:`attnlib.pretrained`).
+
 Lesson: 09_frontier.
 """
 
@@ -17,9 +22,13 @@ from __future__ import annotations
 import torch
 
 from attnlib._checks import check_matrix, check_tensor
-from attnlib.heads import split_heads
+from attnlib._params import init_weight
+from attnlib.cache import KVCache
+from attnlib.gqa import GroupedQueryAttention, grouped_query_attention
+from attnlib.heads import head_mask, merge_heads, split_heads
+from attnlib.variants import register_attention
 
-__all__ = ["output_gate"]
+__all__ = ["GatedAttention", "output_gate"]
 
 
 def output_gate(Y: torch.Tensor, X: torch.Tensor, W_theta: torch.Tensor) -> torch.Tensor:
@@ -70,3 +79,85 @@ def _check_gate(Y: object, X: object, W_theta: object) -> None:
             f"W_theta must have shape {layout} = ({X.shape[-1]}, {width}) and Y the N = "
             f"{X.shape[-2]} rows of X; got W_theta {tuple(W_theta.shape)}, Y {tuple(Y.shape)}"
         )
+
+
+class GatedAttention(GroupedQueryAttention):
+    """Grouped-query attention with an output gate: ``Y = concat_col(Y_h * G_h) W_O``.
+
+    ``G = sigmoid(X W_theta)``, one gate per output coordinate of every head, computed
+    from the rows the queries come from (Qiu et al. 2025's head-specific, elementwise
+    gate, placed after ``Z^-1 A V`` and before ``W_O``). The parameters are those of
+    :class:`~attnlib.gqa.GroupedQueryAttention` plus ``W_theta (d_in, H * d_head)``, drawn
+    like the others after them; everything else (the checks, RoPE, the cache and
+    :meth:`new_cache`) is GQA's, and so are the steps of ``_forward`` up to ``W_O``.
+
+    Args:
+        d_in, n_heads, n_kv_heads, d_head, d_out: as for
+            :class:`~attnlib.gqa.GroupedQueryAttention`.
+        **kw: its keyword arguments (``rope_base``, ``device``, ``dtype``, ...).
+
+    Equivalent to ``merge_heads(output_gate(Y, X, W_theta)) @ W_O``, with ``Y`` the heads
+    of :class:`~attnlib.gqa.GroupedQueryAttention`.
+
+    Example:
+        >>> attn = GatedAttention(d_in=16, n_heads=4, n_kv_heads=2, d_head=4)
+        >>> with torch.no_grad():
+        ...     _ = attn.W_theta.fill_(-1e4)  # every gate shut
+        >>> attn(torch.ones(2, 5, 16), causal=True).abs().max().item()
+        0.0
+
+    Lesson: 09_frontier.
+    """
+
+    def __init__(self, d_in: int, n_heads: int, n_kv_heads: int, d_head: int,
+                 d_out: int | None = None, **kw) -> None:
+        super().__init__(d_in, n_heads, n_kv_heads, d_head, d_out, **kw)
+        W = self.W_Q
+        self.W_theta = init_weight(d_in, n_heads * d_head, device=W.device, dtype=W.dtype)
+
+    def _forward(
+        self,
+        X: torch.Tensor,
+        X_KV: torch.Tensor | None = None,
+        *,
+        causal: bool = False,
+        mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        impl: str = "auto",
+        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """GQA's ``_forward`` (:meth:`forward` without its check), the heads gated before
+        ``W_O``: ``(merge_heads(Y) * sigmoid(X W_theta)) W_O``."""
+        source = X if X_KV is None else X_KV  # the tokens that answer
+        Q = split_heads.unchecked(X @ self.W_Q, self.n_heads)  # (..., H, N_Q, d_head)
+        K = split_heads.unchecked(source @ self.W_K, self.n_kv_heads)  # (..., G, N_KV, d_head)
+        V = split_heads.unchecked(source @ self.W_V, self.n_kv_heads)  # (..., G, N_KV, d_head)
+        if self.rope_base is not None and X_KV is None:  # RoPE: self-attention only
+            if rope is None:
+                start = 0 if cache is None else cache.n_tokens
+                rope = self._rope_tables(positions, X.shape[-2], start, X.dtype, X.device)
+            Q, K = self._rope(Q, K, *rope)
+        if cache is not None:
+            K, V = cache._append(K, V)  # every token so far, keys already rotated
+        Y = grouped_query_attention.unchecked(Q, K, V, mask=head_mask.unchecked(mask),
+                                              causal=causal, impl=impl)  # (..., H, N_Q, d_head)
+        gate = torch.sigmoid(X @ self.W_theta)  # (..., N_Q, H d_head): from the query rows
+        return (merge_heads.unchecked(Y) * gate) @ self.W_O  # (..., N_Q, H d_head) @ W_O
+
+
+@register_attention("gated")
+def _gated_sublayer(
+    d_model: int,
+    n_heads: int,
+    d_head: int,
+    *,
+    n_kv_heads: int | None = None,
+    rope_base: float | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+) -> GatedAttention:
+    """A block's ``attention="gated"``: ``G = n_kv_heads`` (``None`` means ``H``)."""
+    G = n_heads if n_kv_heads is None else n_kv_heads
+    return GatedAttention(d_model, n_heads, G, d_head, rope_base=rope_base, device=device,
+                          dtype=dtype)

@@ -28,6 +28,15 @@ def device(request: pytest.FixtureRequest) -> torch.device:
     return request.param
 
 
+@pytest.fixture
+def one_thread():
+    """One torch thread for the test: small models train fastest so, on a busy machine by far."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     """Every test starts from the same random state."""

@@ -75,3 +75,57 @@ def test_bad_input_is_named(thunk, exc, words):
         thunk()
     for w in words:
         assert w in str(info.value), str(info.value)
+
+
+def test_gated_attention_gates_each_head_before_w_o(gen):
+    """GatedAttention against GQA's own heads, gated by an explicit loop, then W_O."""
+    from attnlib import GroupedQueryAttention
+    from attnlib.gates import GatedAttention
+
+    gated = GatedAttention(6, 4, 2, 2, rope_base=100.0, dtype=torch.float64)
+    plain = GroupedQueryAttention(6, 4, 2, 2, 8, rope_base=100.0, dtype=torch.float64)
+    with torch.no_grad():
+        for name in ("W_Q", "W_K", "W_V"):
+            getattr(plain, name).copy_(getattr(gated, name))
+    X = torch.randn(2, 5, 6, generator=gen, dtype=torch.float64)
+    heads = []  # each head's Z^-1 A V: plain attention with W_O set to pick head h out
+    for h in range(4):
+        pick = torch.zeros(8, 8, dtype=torch.float64)
+        pick[2 * h:2 * h + 2, 2 * h:2 * h + 2] = torch.eye(2, dtype=torch.float64)
+        with torch.no_grad():
+            plain.W_O.copy_(pick)
+        heads.append(plain(X, causal=True)[..., 2 * h:2 * h + 2])
+    gate = [[[1 / (1 + math.exp(-float(X[b, i] @ gated.W_theta[:, c].detach()))) for c in range(8)]
+             for i in range(5)] for b in range(2)]
+    Y = torch.cat(heads, dim=-1) * torch.tensor(gate, dtype=torch.float64)
+    torch.testing.assert_close(gated(X, causal=True), Y @ gated.W_O)
+
+
+def test_gated_decoder_decodes_with_a_cache():
+    import attnlib
+
+    model = attnlib.TinyDecoder(20, d_model=16, n_layers=2, n_heads=4, n_kv_heads=2,
+                                attention="gated", seed=0, dtype=torch.float64)
+    assert isinstance(model.blocks[0].attn, attnlib.gates.GatedAttention)
+    assert all(isinstance(c, attnlib.KVCache) for c in model.new_caches())
+    ids = torch.randint(20, (2, 6))
+    caches = model.new_caches()
+    pieces = torch.cat([model(ids[:, :4], caches=caches), model(ids[:, 4:], caches=caches)], 1)
+    torch.testing.assert_close(pieces, model(ids))
+    assert torch.equal(model.generate(ids, 5), model.generate(ids, 5, use_cache=False))
+
+
+def test_gated_attention_is_a_registered_variant():
+    import attnlib
+    from attnlib.cache import StaticKVCache
+    from attnlib.gates import GatedAttention
+    from attnlib.variants import ATTENTION
+
+    assert "gated" in ATTENTION
+    block = attnlib.TransformerBlock(16, 4, n_kv_heads=2, attention="gated", rope_base=100.0)
+    assert isinstance(block.attn, GatedAttention) and block.attn.n_kv_heads == 2
+    assert block.attn.rope_base == 100.0
+    assert isinstance(block.attn.new_cache(), attnlib.KVCache)
+    assert isinstance(block.attn.new_cache(8), StaticKVCache)
+    with pytest.raises(ValueError, match=r"d_latent applies to attention='mla' only"):
+        attnlib.TransformerBlock(16, 4, attention="gated", d_latent=4)

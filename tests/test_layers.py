@@ -439,7 +439,7 @@ def test_a_registered_variant_is_built_by_blocks_and_decoders():
             register_attention("test-mqa")(build)
     finally:
         del ATTENTION["test-mqa"]
-    with pytest.raises(ValueError, match=r"attention must be one of \['gqa', 'mla'\]"):
+    with pytest.raises(ValueError, match=r"attention must be one of \['gqa', 'mla', 'gated'\]"):
         TransformerBlock(16, 4, attention="test-mqa")
 
 
