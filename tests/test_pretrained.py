@@ -25,6 +25,8 @@ def _close_to_card(got: dict, card: dict) -> None:
 
 def test_the_shipped_models():
     assert set(MODELS) == set(train.RECIPES)  # every recipe ships, and nothing else
+    for ft in train.FINETUNES.values():  # and every fine-tuned conversion
+        assert pretrained.variants(ft.base) == [{ft.conversion: v} for v in sorted(ft.values)]
     total = sum(p.stat().st_size for p in pretrained.WEIGHTS.glob("*.pt"))
     assert total < 10 * 2**20, total
 
