@@ -235,7 +235,10 @@ def test_cost_figure_annotates_the_fitted_slope():
     counts = [m * m * 64 for m in n]
     fig = vl.cost_figure(n, seconds, counts)
     slope = np.polyfit(np.log(n), np.log(seconds), 1)[0]
-    assert fig.layout.annotations[0].text == f"fitted slope = {slope:.2f}"
+    local = [math.log(seconds[k + 1] / seconds[k]) / math.log(2) for k in range(3)]  # N doubles
+    assert fig.layout.annotations[0].text == (
+        f"fitted slope = {slope:.2f}<br>local slopes: {local[0]:.2f} (128 to 256), "
+        f"{local[1]:.2f} (256 to 512), {local[2]:.2f} (512 to 1024)")
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
     measured, fitted, reference = fig.data
     assert list(measured.y) == pytest.approx([1e3 * s for s in seconds])
