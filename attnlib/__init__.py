@@ -20,6 +20,7 @@ Modules, one concept each (the chapter that explains it in brackets):
 - ``costs``      multiply-adds of decoding, MLA's decoding paths          (01, 05, 07)
 - ``convert``    weights from Hugging Face's Llama and DeepSeek attention (06, 07)
 - ``flash``      exact tiled attention with an online softmax            (09)
+- ``randomised`` sampling, sketching and low-rank estimators of attention (10)
 - ``tokens``     toy tokenizers and the embedding lookup                 (00)
 - ``examples``   the lessons' fixed examples (toy database, toy layer)   (01, 03)
 - ``device``     the default device rule
@@ -42,8 +43,8 @@ Example:
 """
 
 # reachable as attnlib.tokens, ...: lesson 00's tokens, the lessons' examples, the cost
-# accounting, the Hugging Face converters, lesson 09's approx and gates
-from attnlib import approx, convert, costs, examples, gates, tokens  # noqa: F401
+# accounting, the Hugging Face converters, lesson 09's approx and gates, lesson 10's randomised
+from attnlib import approx, convert, costs, examples, gates, randomised, tokens  # noqa: F401
 from attnlib.cache import KVCache, LatentCache
 from attnlib.core import KERNELS, attention, attention_weights, row_normalise, similarity
 from attnlib.device import default_device

@@ -10,8 +10,12 @@ MLA factors the key and value projections through a latent of width ``d_L`` shar
 
 Here ``W_LK^h`` is column block ``h`` of ``W_LK`` (and likewise for the others). Only ``L``
 is cached: ``d_L`` numbers per token and layer instead of ``2 * H * d_head``. Without
-positions in the logits this is exactly multi-head attention with low-rank ``W_K``,
-``W_V`` (and ``W_Q``); the rank limit ``rank(W_K) <= d_L`` is the only approximation.
+positions in the logits and without the latent RMSNorm (``latent_norm=False``) this is
+exactly multi-head attention whose ``W_K`` and ``W_V`` have rank at most ``d_L`` (and
+``W_Q`` at most ``d_LQ``): a constraint on the weights, not an approximation of
+attention. With ``latent_norm=True`` each token's latent row is divided by its own root
+mean square, which no fixed ``W_K`` does. Only a conversion of an existing layer below
+full rank (:func:`mla_from_mha`) approximates.
 
 **Weight absorption.** Matrix products associate, so ``K_h`` and ``V_h`` never need to
 exist::
@@ -52,6 +56,7 @@ gains ``g_L`` and ``g_LQ``) as in DeepSeek-V2; the rotary key part is not normal
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -566,7 +571,13 @@ def _mla_sublayer(
     )
 
 
-def mla_from_mha(attn: GroupedQueryAttention, d_latent: int) -> MultiHeadLatentAttention:
+def mla_from_mha(
+    attn: GroupedQueryAttention,
+    d_latent: int,
+    *,
+    svd: Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+    | None = None,
+) -> MultiHeadLatentAttention:
     """Convert MHA/GQA to MLA by a truncated SVD: ``[W_K | W_V] ~ U_r S_r V_r^T``, ``r = d_latent``.
 
     The joint key/value projection ``W_KV = [W_K | W_V]`` (``d_in x 2 G d_head``) is cut
@@ -598,6 +609,9 @@ def mla_from_mha(attn: GroupedQueryAttention, d_latent: int) -> MultiHeadLatentA
         attn: the source; a :class:`attnlib.GroupedQueryAttention` (MHA and MQA included)
             without RoPE.
         d_latent: ``r``, the latent width: an int in ``[1, min(d_in, 2 G d_head)]``.
+        svd: how to compute the rank-``r`` factors, ``svd(W_KV, r) -> (U_r, S_r, Vh_r)``;
+            default the exact truncated SVD (``torch.linalg.svd``). Chapter 10 passes a
+            randomised one (:func:`attnlib.randomised.randomised_mla_from_mha`).
 
     Returns:
         A :class:`MultiHeadLatentAttention` on the same device and dtype (the SVD itself
@@ -612,16 +626,25 @@ def mla_from_mha(attn: GroupedQueryAttention, d_latent: int) -> MultiHeadLatentA
 
     Lesson: 07_mla (why RoPE blocks it: 08_rope).
     """
-    _check_conversion(attn, d_latent)
+    _check_conversion(attn, d_latent, svd)
+    return _mla_from_mha(attn, d_latent, svd)
+
+
+def _mla_from_mha(
+    attn: GroupedQueryAttention,
+    d_latent: int,
+    svd: Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+    | None = None,
+) -> MultiHeadLatentAttention:
     H, G, d_head, d_in = attn.n_heads, attn.n_kv_heads, attn.d_head, attn.d_in
     W_ref = attn.W_K
     work = torch.float32 if W_ref.device.type == "mps" else torch.float64
     with torch.no_grad():
         W_KV = torch.cat((attn.W_K, attn.W_V), dim=1).to(work)  # (d_in, 2 G d_head)
-        U, S, Vh = torch.linalg.svd(W_KV, full_matrices=False)
-        root = S[:d_latent].sqrt()
-        W_L = U[:, :d_latent] * root  # (d_in, r) = U_r S_r^{1/2}
-        W_LKV = root[:, None] * Vh[:d_latent]  # (r, 2 G d_head) = S_r^{1/2} V_r^T
+        U, S, Vh = (svd or _truncated_svd)(W_KV, d_latent)  # (d_in, r), (r,), (r, 2 G d_head)
+        root = S.sqrt()
+        W_L = U * root  # (d_in, r) = U_r S_r^{1/2}
+        W_LKV = root[:, None] * Vh  # (r, 2 G d_head) = S_r^{1/2} V_r^T
         group = kv_head_index.unchecked(H, G, W_ref.device)  # query head h -> KV head h // s
         W_LK, W_LV = (
             W.reshape(d_latent, G, d_head)[:, group].reshape(d_latent, H * d_head)
@@ -637,7 +660,20 @@ def mla_from_mha(attn: GroupedQueryAttention, d_latent: int) -> MultiHeadLatentA
     return mla
 
 
-def _check_conversion(attn: object, d_latent: object) -> None:
+mla_from_mha.unchecked = _mla_from_mha
+
+
+def _truncated_svd(W: torch.Tensor, r: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The exact rank-``r`` SVD ``(U_r, S_r, Vh_r)`` of ``W``."""
+    U, S, Vh = torch.linalg.svd(W, full_matrices=False)
+    return U[:, :r], S[:r], Vh[:r]
+
+
+def _check_conversion(attn: object, d_latent: object, svd: object = None) -> None:
+    if svd is not None and not callable(svd):
+        raise TypeError(
+            f"svd must be a callable (W_KV, r) -> (U_r, S_r, Vh_r); got {type(svd).__name__}"
+        )
     if not isinstance(attn, GroupedQueryAttention):
         raise TypeError(
             f"attn must be an attnlib.GroupedQueryAttention (or MHA/MQA); got {type(attn).__name__}"

@@ -1,6 +1,6 @@
 """Training and evaluating :class:`attnlib.TinyDecoder`: a short, readable loop.
 
-The objective is the mean next-token cross-entropy over the positions that have a target,
+The objective is the mean next-token cross-entropy over the positions that have a target::
 
     loss = -(1 / |T|) sum_{(b, i) in T} log softmax(logits[b, i])[targets[b, i]],
 

@@ -267,4 +267,5 @@ from attnlib.exercises import (  # noqa: E402, F401
     lesson_07,
     lesson_08,
     lesson_09,
+    lesson_10,
 )

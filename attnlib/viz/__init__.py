@@ -9,7 +9,8 @@ per chapter.
   (lesson 01), :mod:`attnlib.viz.softmax` (lesson 02), :mod:`attnlib.viz.heads` (lesson 03),
   :mod:`attnlib.viz.masks` (lesson 04), :mod:`attnlib.viz.kvcache` (lesson 05),
   :mod:`attnlib.viz.gqa` (lesson 06), :mod:`attnlib.viz.mla` (lesson 07),
-  :mod:`attnlib.viz.rope` (lesson 08), :mod:`attnlib.viz.frontier` (lesson 09).
+  :mod:`attnlib.viz.rope` (lesson 08), :mod:`attnlib.viz.frontier` (lesson 09),
+  :mod:`attnlib.viz.randomised` (lesson 10).
 
 Example:
     >>> import attnlib
@@ -19,7 +20,19 @@ Example:
     2
 """
 
-from attnlib.viz import frontier, gqa, heads, kvcache, lookup, masks, mla, rope, softmax, tokens
+from attnlib.viz import (
+    frontier,
+    gqa,
+    heads,
+    kvcache,
+    lookup,
+    masks,
+    mla,
+    randomised,
+    rope,
+    softmax,
+    tokens,
+)
 from attnlib.viz.explore import explorer, twin
 from attnlib.viz.style import (
     COLORS,
@@ -55,6 +68,7 @@ __all__ = [
     "lookup",
     "masks",
     "mla",
+    "randomised",
     "rope",
     "softmax",
     "tokens",

@@ -1,0 +1,67 @@
+"""Checked exercises of lesson 10: randomised attention."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attnlib.exercises import as_tensor, checker, compare, numbers, scalar
+from attnlib.randomised import effective_sample_size, product_probabilities, sampling_variance
+
+F64 = torch.float64
+
+
+@numbers("10.1", rel=1e-3, what="one number, the mean squared error")
+def _sampled_row_error():
+    """E (y_hat - y)^2 of Monte Carlo, m = 4 draws from P_0 = (0.5, 0.25, 0.25), v = (0, 2, 4)."""
+    p = torch.tensor([[0.5, 0.25, 0.25]], dtype=F64)
+    v = torch.tensor([[0.0], [2.0], [4.0]], dtype=F64)
+    variance = float(sampling_variance(p, v)[0])
+    second_moment = float(p @ v.pow(2))
+    return scalar(variance / 4), (
+        (scalar(variance), "that is the variance of one sample; the mean of m = 4 "
+                           "independent samples has a quarter of it."),
+        (scalar(math.sqrt(variance / 4)), "that is the standard deviation; the question "
+                                          "asks for the mean squared error."),
+        (scalar(second_moment / 4), "that uses E[v^2] without subtracting y^2: the "
+                                    "variance is sum_j P_j (v_j - y)^2."),
+    )
+
+
+@numbers("10.2", rel=1e-3, what="three probabilities, rho_0, rho_1, rho_2")
+def _optimal_columns():
+    """The probabilities p_j ∝ |A_:j| |V_j| for the lesson's 2 x 3 matrix A and V = (1, 2, 2)."""
+    A = torch.tensor([[4.0, 0.0, 1.0], [2.0, 1.0, 0.0]], dtype=F64)
+    V = torch.tensor([[1.0], [2.0], [2.0]], dtype=F64)
+    columns, rows = A.norm(dim=0), V.norm(dim=1)
+    return product_probabilities(A, V), (
+        (columns / columns.sum(), "those use the column norms of A only; weigh each "
+                                  "column by the norm of its row of V too."),
+        ((columns * rows).pow(2) / (columns * rows).pow(2).sum(),
+         "those are proportional to the squared products; the optimum is proportional "
+         "to |A_:j| |V_j| itself."),
+        (torch.full((3,), 1 / 3, dtype=F64), "uniform probabilities are not optimal here: "
+                                             "the first column is much heavier."),
+    )
+
+
+@checker("10.3")
+def _uniform_ess(answer: object) -> str | None:
+    """ESS of m = 100 uniform draws for weights (0.9, 0.1/99, ..., 0.1/99) over N = 100 keys."""
+    P = torch.full((1, 100), 0.1 / 99, dtype=F64)
+    P[0, 0] = 0.9
+    uniform = torch.full((1, 100), 0.01, dtype=F64)
+    expected = float(effective_sample_size(P, uniform, m=100)[0])
+    got = as_tensor(answer)
+    if got is not None and got.numel() == 1:
+        answer = got.reshape(())  # one number, however it is wrapped
+    return compare(
+        answer, scalar(expected), rel=1e-3, what="one number, an effective sample size",
+        mistakes=(
+            (scalar(expected / 100), "that is the ESS per draw; the question asks for the "
+                                     "ESS of all 100 draws."),
+            (scalar(100 * float(P.pow(2).sum())), "that is 1 + chi^2, the factor by which "
+                                                  "the draws are discounted: divide m by it."),
+        ),
+    )
