@@ -124,7 +124,7 @@ def mla_from_deepseek(attn: nn.Module) -> MultiHeadLatentAttention:
         with ``causal=True``, equals the source's with a causal mask and the same
         positions.
 
-    Lesson: 07_mla.
+    Lesson: 08_rope (07_mla introduces the layer).
     """
     _check_deepseek(attn)
     config = attn.config  # sizes come from the config: module attributes vary by version

@@ -38,7 +38,7 @@ inside the convex hull of the other four."""
 D_IN = 16
 """Lesson 03's toy layer: the input width ``d_in``."""
 
-TOKENS: tuple[str, ...] = ("the", "cat", "sat", "on", "the", "mat")
+TOKENS: tuple[str, ...] = ("the", "cat", "sat", "on", "a", "mat")
 """Lesson 03's toy layer: labels of its tokens; their rows of ``X`` are random (see above)."""
 
 WIDE = 128

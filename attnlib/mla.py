@@ -10,8 +10,12 @@ MLA factors the key and value projections through a latent of width ``d_L`` shar
 
 Here ``W_LK^h`` is column block ``h`` of ``W_LK`` (and likewise for the others). Only ``L``
 is cached: ``d_L`` numbers per token and layer instead of ``2 * H * d_head``. Without
-positions in the logits this is exactly multi-head attention with low-rank ``W_K``,
-``W_V`` (and ``W_Q``); the rank limit ``rank(W_K) <= d_L`` is the only approximation.
+positions in the logits and without the latent RMSNorm (``latent_norm=False``) this is
+exactly multi-head attention whose ``W_K`` and ``W_V`` have rank at most ``d_L`` (and
+``W_Q`` at most ``d_LQ``): a constraint on the weights, not an approximation of
+attention. With ``latent_norm=True`` each token's latent row is divided by its own root
+mean square, which no fixed ``W_K`` does. Only a conversion of an existing layer below
+full rank (:func:`mla_from_mha`) approximates.
 
 **Weight absorption.** Matrix products associate, so ``K_h`` and ``V_h`` never need to
 exist::

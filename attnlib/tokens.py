@@ -90,9 +90,16 @@ The tokenizers in the lessons are fitted or trained on this text.
 
 HELD_OUT = """\
 The librarian reshelved the misplaced atlases overnight, and every reader could search \
-the catalogue again.
+the catalogue again. By morning a student had asked for a history of lighthouses, a \
+volunteer was mending a torn map, and the archivist was sorting letters from a \
+shipwrecked sailor. Even so, most requests use common words, but every week brings a few \
+that the catalogue has never indexed, and those are the hardest to find.
 """
-"""A sentence the tokenizers never see while fitting, with words absent from ``CORPUS``."""
+"""A paragraph the tokenizers never see while fitting, with words absent from ``CORPUS``.
+
+Long enough (69 words) for its tokens per word to measure a tokenizer rather than a few
+lucky words.
+"""
 
 # Word tokenizer: runs of letters/digits, or any single other non-space character.
 _WORD_PATTERN = re.compile(r"\w+|[^\w\s]")

@@ -17,6 +17,8 @@ VALUES = [[0.0, 0.0], [4.0, 0.0], [4.0, 3.0], [1.0, 4.0], [3.0, 1.0]]
 
 RELU_WEIGHTS = [1 / 3, 1 / 6, 0.0, 0.0, 1 / 2]  # relu(<(2, 1), k_j>) = 2, 1, 0, 0, 3; Z = 6
 CHAT_COST = 12 * 3000 * (128 + 128)  # N_Q N_KV (d_QK + d_V)
+# q = k_0: <k_0, k_j> = 1, 0, -1, 0, 1, so keys 0 and 4 tie and share the weight as tau -> 0
+TIE_LIMIT = [0.5, 0.0, 0.0, 0.0, 0.5]
 
 
 def _exp_lookup(q, values):
@@ -43,6 +45,8 @@ Y_BEFORE, W_BEFORE = _exp_lookup((1.0, 2.0), VALUES)
         ("01.3", 9.216e6),
         ("01.4", Y_AFTER),
         ("01.4", torch.tensor(Y_AFTER, dtype=torch.float32)),
+        ("01.5", TIE_LIMIT),
+        ("01.5", (0.5, 0, 0, 0, 0.5)),
     ],
 )
 def test_right_answers_are_correct(label, answer, capsys):
@@ -71,6 +75,9 @@ def test_the_edit_answer_is_the_linear_update():
         ("01.4", [Y_BEFORE[0], Y_BEFORE[1] + 6.0], "weighted"),
         ("01.4", [4.0, 9.0], "the new value itself"),
         ("01.4", [1.0, 2.0, 3.0], "of shape (2,)"),
+        ("01.5", [1.0, 0.0, 0.0, 0.0, 0.0], "key 4 ties with key 0"),
+        ("01.5", _exp_lookup(KEYS[0], VALUES)[1], "default scale"),
+        ("01.5", [0.5, 0.5], "of shape (5,)"),
     ],
 )
 def test_wrong_answers_get_a_hint(label, answer, hint, capsys):
@@ -85,4 +92,4 @@ def test_softmax_weights_are_named_in_01_1(capsys):
 
 
 def test_lesson_01_labels_are_registered():
-    assert {"01.1", "01.3", "01.4"} <= set(exercises.labels())
+    assert {"01.1", "01.3", "01.4", "01.5"} <= set(exercises.labels())

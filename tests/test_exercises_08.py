@@ -61,6 +61,7 @@ def test_right_answers_are_correct(label, answer, capsys):
         ("08.2", 2 * math.pi * 10_000 ** (126 / 128), "base 10,000"),
         ("08.2", 2 * math.pi * 500_000 ** (126 / 4096), "head width 128"),
         ("08.2", -WAVELENGTH, "the sign is wrong"),
+        ("08.2", 8 * WAVELENGTH, "Llama 3.1's wavelength, with its llama3 scaling"),
         ("08.4", 576, "the real design"),
         ("08.4", 128 * 64, "rotary keys alone"),
         ("08.4", 32_768, "full multi-head cache"),

@@ -465,11 +465,11 @@ def test_embedding_table_counts_E_and_the_head():
                                {"Llama 3 70B": False, "Gemma 3 27B": True})
     llama, gemma = table.loc["Llama 3 70B"], table.loc["Gemma 3 27B"]
     assert llama["entries of E"] == 128_256 * 8_192  # published shapes
-    assert llama["E (GiB)"] == round(2 * 128_256 * 8_192 / 2**30, 2)
+    assert llama["E (GB)"] == round(2 * 128_256 * 8_192 / 1e9, 2)  # decimal units
     assert llama["share, E only (%)"] == round(100 * 128_256 * 8_192 / 70e9, 1)
     assert llama["share, E and head (%)"] == round(200 * 128_256 * 8_192 / 70e9, 1)
     assert gemma["share, E and head (%)"] == gemma["share, E only (%)"]  # tied: one matrix
-    assert gemma["one row (KiB)"] == 5_376 * 2 / 1024
+    assert gemma["one row (bytes)"] == 5_376 * 2
 
 
 @pytest.mark.parametrize(

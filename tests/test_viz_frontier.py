@@ -28,7 +28,8 @@ def test_tiling_table_is_n_squared_against_n_times_block():
     assert table["ratio"].tolist() == [4.0, 8.0]
     fig = vf.tiling_figure((64, 128), block_size=16, d=8)
     assert isinstance(fig, go.Figure) and len(fig.data) == 4
-    assert list(fig.data[0].y) == [64 * 64 * 4 / 1024, 128 * 128 * 4 / 1024]
+    assert list(fig.data[0].y) == [64 * 64 * 4 / 1000, 128 * 128 * 4 / 1000]
+    assert table["explicit: kB"].tolist() == [16.4, 65.5]
     assert "8× smaller" in fig.layout.title.text
 
 
@@ -105,3 +106,27 @@ def test_needle_table_closed_form():
     logits[0] = 10.0
     assert table.iloc[0, 0] == round(float(torch.softmax(logits, 0)[0]), 4)
     assert table.iloc[0, 1] == round(math.log(4095), 2)
+
+
+def test_first_token_table_matches_the_probe_per_layer():
+    from attnlib import probes
+    from attnlib.layers import TinyDecoder
+
+    model = TinyDecoder(vocab_size=11, d_model=16, n_layers=2, n_heads=2, d_head=8, d_ff=32,
+                        seed=0).eval()
+    ids = torch.randint(0, 11, (3, 9), generator=torch.Generator().manual_seed(0))
+    table = vf.first_token_table({"m": model}, ids)
+    share = probes.first_token_share(model, ids)
+    assert list(table.index) == [0, 1]
+    assert table["m: mean over heads"].tolist() == share.mean(dim=-1).numpy().round(4).tolist()
+    assert table["m: largest head"].tolist() == share.amax(dim=-1).numpy().round(4).tolist()
+    # shares of attention weights: in (0, 1]
+    assert (table.to_numpy() <= 1).all() and (table.to_numpy() > 0).all()
+    # zero queries make every logit 0: uniform causal weights, whose share on position 0 is
+    # the mean over queries i = 1 .. N-1 of 1 / (i + 1), written out here
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.W_Q.zero_()
+    uniform = round(sum(1 / (i + 1) for i in range(1, 9)) / 8, 4)
+    table = vf.first_token_table({"m": model}, ids)
+    assert table.to_numpy().tolist() == [[uniform, uniform], [uniform, uniform]]

@@ -119,3 +119,32 @@ def test_model_widths_table_gives_the_published_widths():
     assert table.loc["Gemma 3 27B", "H d_head / d"] == round(4096 / 5376, 4)
     with pytest.raises(TypeError, match="ModelSpec"):
         vh.model_widths_table(["Llama 3 70B"])
+
+
+def test_layer_heads_figure_draws_every_head_of_every_layer_rounded():
+    gen = torch.Generator().manual_seed(0)
+    maps = [torch.softmax(torch.randn(3, 5, 5, generator=gen, dtype=torch.float64), dim=-1)
+            for _ in range(2)]
+    labels = [[f"score {layer}.{h}" for h in range(3)] for layer in range(2)]
+    fig = vh.layer_heads_figure(maps, labels=labels, title="t")
+    assert len(fig.data) == 6
+    for k, trace in enumerate(fig.data):
+        layer, h = divmod(k, 3)
+        assert trace.name == f"layer {layer}, head {h}"
+        np.testing.assert_allclose(np.array(trace.z), maps[layer][h].numpy(), atol=5e-4)
+        assert np.array_equal(np.array(trace.z), np.round(np.array(trace.z), 3))
+    texts = [a.text for a in fig.layout.annotations]
+    assert "layer 1, head 2<br><sup>score 1.2</sup>" in texts
+    assert fig.layout.coloraxis.cmin == 0 and fig.layout.coloraxis.cmax == 1
+
+
+def test_layer_heads_figure_rejects_bad_maps_and_labels():
+    P = torch.full((2, 4, 4), 0.25)
+    with pytest.raises(TypeError, match="maps"):
+        vh.layer_heads_figure([])
+    with pytest.raises(ValueError, match=r"\(H, N, N\)"):
+        vh.layer_heads_figure([torch.ones(2, 4, 3)])
+    with pytest.raises(ValueError, match="one shape"):
+        vh.layer_heads_figure([P, torch.full((3, 4, 4), 0.25)])
+    with pytest.raises(ValueError, match="labels"):
+        vh.layer_heads_figure([P], labels=[["a"]])

@@ -156,3 +156,28 @@ def test_rotation_twin_offers_every_setting_under_one_megabyte():
 
 def test_rope_module_is_reachable_from_attnlib_viz():
     assert attnlib.viz.rope is vr and "rope" in viz.__all__
+
+
+def test_wavelength_table_with_llama3_scaling_stretches_the_slow_pairs():
+    from attnlib.rope import Llama3Scaling
+
+    table = vr.wavelength_table(128, (500_000.0, (500_000.0, Llama3Scaling())), context=131_072)
+    assert list(table.index) == ["500,000", "500,000, llama3 ×8"]
+    assert table["pairs with wavelength > 131,072"].tolist() == [15, 25]
+    slowest = 2 * math.pi * 500_000 ** (126 / 128)  # closed form, pair 63
+    assert table["longest wavelength"].tolist() == pytest.approx([slowest, 8 * slowest], abs=0.01)
+    fig = vr.wavelength_figure(128, (500_000.0, (500_000.0, Llama3Scaling())))
+    assert [t.name for t in fig.data] == ["b = 500,000", "b = 500,000, llama3 ×8"]
+
+
+def test_a_curve_takes_only_the_library_scalings():
+    with pytest.raises(TypeError, match="scaling"):
+        vr.wavelength_table(16, ((10_000.0, "llama3"),))
+
+
+def test_twin_settings_leave_the_answers_to_be_found():
+    offsets = {o for o, b in vr.TWIN_SETTINGS if b == 10_000.0}
+    assert set(range(13)) <= offsets  # every offset near pair 0's return at 2 pi
+    assert {b for _, b in vr.TWIN_SETTINGS} == set(vr.BASES)
+    assert len(vr.TWIN_SETTINGS) == len(set(vr.TWIN_SETTINGS))  # no setting twice
+    assert set(vr.ROTATION_SETTINGS) <= set(vr.TWIN_SETTINGS)  # the answers are reachable

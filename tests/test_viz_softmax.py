@@ -119,11 +119,12 @@ def test_saturation_table_matches_numpy():
     table = vs.saturation_table(dims, n_kv=8, n_queries=201, seed=3)
     for d in dims:
         for label, (largest, gain) in _numpy_saturation(d, 8, 201, 3).items():
-            assert table.loc[d, (label, "largest weight")] == round(largest, 3)
-            assert float(table.loc[d, (label, "gain ||J||")]) == pytest.approx(gain, rel=2e-3)
+            assert table.loc[d, (label, "mean largest weight")] == round(largest, 3)
+            assert float(table.loc[d, (label, "median gain ||J||")]) == pytest.approx(gain,
+                                                                                  rel=2e-3)
     # without the scaling, wider vectors saturate: the largest weight grows, the gain collapses
-    assert table.loc[256, ("without 1/√d_QK", "largest weight")] > 0.9
-    assert float(table.loc[256, ("without 1/√d_QK", "gain ||J||")]) < 0.01
+    assert table.loc[256, ("without 1/√d_QK", "mean largest weight")] > 0.9
+    assert float(table.loc[256, ("without 1/√d_QK", "median gain ||J||")]) < 0.01
 
 
 def test_saturation_figure_plots_the_table():
@@ -134,15 +135,18 @@ def test_saturation_figure_plots_the_table():
     ref = {d: _numpy_saturation(d, 8, 101, 0) for d in dims}
     by_name = {t.name: t for t in fig.data}
     for label in ("with 1/√d_QK", "without 1/√d_QK"):
-        assert list(by_name[f"largest weight, {label}"].x) == list(dims)
-        np.testing.assert_allclose(by_name[f"largest weight, {label}"].y,
-                                   [ref[d][label][0] for d in dims], atol=1e-6)
-        np.testing.assert_allclose(by_name[f"gain ||J||, {label}"].y,
-                                   [ref[d][label][1] for d in dims], rtol=1e-3, atol=1e-6)
+        assert list(by_name[f"mean largest weight, {label}"].x) == list(dims)
+        # 3 significant digits: a gain of 1e-7 stays on the log axis instead of becoming 0
+        np.testing.assert_allclose(by_name[f"mean largest weight, {label}"].y,
+                                   [ref[d][label][0] for d in dims], rtol=5e-3)
+        np.testing.assert_allclose(by_name[f"median gain ||J||, {label}"].y,
+                                   [ref[d][label][1] for d in dims], rtol=5e-3)
+    assert min(by_name["median gain ||J||, without 1/√d_QK"].y) > 0
     uniform = [s for s in fig.layout.shapes if s.y0 == s.y1]
     assert [s.y0 for s in uniform] == [pytest.approx(1 / 8)]
     # colour, dash and marker symbol all differ between the two scalings
-    a, b = by_name["largest weight, with 1/√d_QK"], by_name["largest weight, without 1/√d_QK"]
+    a = by_name["mean largest weight, with 1/√d_QK"]
+    b = by_name["mean largest weight, without 1/√d_QK"]
     assert a.line.color != b.line.color and a.line.dash != b.line.dash
     assert a.marker.symbol != b.marker.symbol
 

@@ -69,3 +69,18 @@ def _context_edit():
                                      "of v_2, not the whole change."),
         (V_new[2], "that is the new value itself; attention averages all five values."),
     )
+
+
+@numbers("01.5", rel=1e-3, what="five weights, key 0 first")
+def _tie_limit():
+    """The tau -> 0 limit of the exponential weights of q = k_0: key 4 ties with key 0."""
+    K, _ = _toy_database()
+    q = K[[0]]  # a copy of key 0
+    expected = attention_weights(q, K, scale=1e3)[0]  # tau = 0.001: e^-1000 is 0 in float64
+    return expected, (
+        (torch.eye(K.shape[0], dtype=torch.float64)[0],
+         "that is the exact lookup's row e_0; but <k_0, k_4> = <k_0, k_0> = 1, so key 4 "
+         "ties with key 0 at every temperature."),
+        (attention_weights(q, K)[0], "these are the weights at the default scale; send the "
+                                     "temperature to 0 (scale = 1/tau, tau -> 0)."),
+    )

@@ -8,7 +8,7 @@ import torch
 
 from attnlib.exercises import numbers, scalar, whole_number
 from attnlib.memory import DEEPSEEK_V2, LLAMA3_8B
-from attnlib.rope import apply_rope, rope_frequencies
+from attnlib.rope import Llama3Scaling, apply_rope, rope_frequencies
 
 
 @numbers("08.1", rel=1e-3, what="one number, the dot product (a float)")
@@ -52,6 +52,9 @@ def _slowest_wavelength():
          "that is base 10,000; Llama 3 uses 500,000."),
         (scalar(2 * math.pi * base ** (2 * 63 / 4096)), "the exponent divides by the head "
                                                         "width 128, not the model width."),
+        (scalar(2 * math.pi / float(rope_frequencies(d, base=base, scaling=Llama3Scaling())[-1])),
+         "that is Llama 3.1's wavelength, with its llama3 scaling (8 times slower); the "
+         "question asks first for Llama 3's, without it."),
     )
 
 

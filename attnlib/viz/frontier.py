@@ -12,7 +12,8 @@ so the numbers are the same on any machine:
 * sparse attention: :func:`topk_table` and :func:`topk_figure` measure the error and the
   cost of top-k attention with exact and with cheap indexer scores;
 * random features: :func:`feature_errors` and :func:`feature_count_figure`;
-* attention sinks: :func:`sink_table`; usable context: :func:`needle_table`.
+* attention sinks: :func:`sink_table`, and :func:`first_token_table` for trained models;
+  usable context: :func:`needle_table`.
 
 Lesson: 09_frontier.
 """
@@ -41,6 +42,7 @@ __all__ = [
     "TOPK_VALUES",
     "feature_count_figure",
     "feature_errors",
+    "first_token_table",
     "io_table",
     "largest_intermediate",
     "needle_table",
@@ -133,8 +135,8 @@ def tiling_table(
         seed: seed of the draw.
 
     Returns:
-        pd.DataFrame: the largest intermediate of each path in elements and in KiB
-        (float32), and their ratio, indexed by ``N``.
+        pd.DataFrame: the largest intermediate of each path in elements and in kB
+        (float32, 1 kB = 1,000 bytes, 1 decimal), and their ratio, indexed by ``N``.
     """
     check_positive_int("block_size", block_size)
     rows = {}
@@ -145,8 +147,8 @@ def tiling_table(
         rows[n] = {
             "explicit: elements": explicit,
             "tiled: elements": tiled,
-            "explicit: KiB": explicit * 4 // 1024,
-            "tiled: KiB": tiled * 4 // 1024,
+            "explicit: kB": round(explicit * 4 / 1000, 1),
+            "tiled: kB": round(tiled * 4 / 1000, 1),
             "ratio": round(explicit / tiled, 2),
         }
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("N")
@@ -159,7 +161,7 @@ def tiling_figure(
     d: int = 32,
     seed: int = 0,
 ) -> go.Figure:
-    """The largest intermediate (KiB, float32) of both paths against ``N``, log-log.
+    """The largest intermediate (kB, float32) of both paths against ``N``, log-log.
 
     Uses :func:`tiling_table`; the reference lines are ``N^2`` and ``N * block_size``
     elements, the sizes of the full logit matrix and of one block of logits.
@@ -183,12 +185,12 @@ def tiling_figure(
         fig.add_trace(
             go.Scatter(
                 x=x,
-                y=rounded([v * 4 / 1024 for v in table[f"{col}: elements"]], 3),
+                y=rounded([v * 4 / 1000 for v in table[f"{col}: elements"]], 3),
                 mode="markers+lines",
                 name=f"{name} (measured)",
                 line={"color": color, "width": 2},
                 marker={"symbol": symbol, "size": 9},
-                hovertemplate=f"{name}<br>N = %{{x}}<br>%{{y:.0f}} KiB<extra></extra>",
+                hovertemplate=f"{name}<br>N = %{{x}}<br>%{{y:.1f}} kB<extra></extra>",
             )
         )
     for name, sizes, color in (
@@ -198,11 +200,11 @@ def tiling_figure(
         fig.add_trace(
             go.Scatter(
                 x=x,
-                y=rounded([s * 4 / 1024 for s in sizes], 3),
+                y=rounded([s * 4 / 1000 for s in sizes], 3),
                 mode="lines",
                 name=name,
                 line={"color": color, "dash": DASHES["marker"], "width": 1},
-                hovertemplate=f"{name}<br>N = %{{x}}<br>%{{y:.0f}} KiB<extra></extra>",
+                hovertemplate=f"{name}<br>N = %{{x}}<br>%{{y:.1f}} kB<extra></extra>",
             )
         )
     fig.update_xaxes(
@@ -212,7 +214,7 @@ def tiling_figure(
         tickvals=x,
         ticktext=[str(n) for n in x],
     )
-    fig.update_yaxes(type="log", title_text="largest intermediate (KiB, float32)")
+    fig.update_yaxes(type="log", title_text="largest intermediate (kB, float32)")
     last = x[-1]
     style(
         fig,
@@ -635,7 +637,7 @@ def feature_count_figure(r: int = 16, orthogonal: bool = False, *, seed: int = 0
     return _two_panel_style(
         fig,
         f"Positive random features, r = {r} ({kind})<br><sup>mean relative error of "
-        f"Y: {err_Y:.4f}; the error falls like 1/√r</sup>",
+        f"Y: {err_Y:.4f}; dashed: c/√r, the rate of each entry's standard deviation</sup>",
         bottom=130,
     )
 
@@ -733,3 +735,28 @@ def needle_table(
             "gap needed for weight 0.5": round(math.log(n - 1), 2),
         }
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("N")
+
+
+def first_token_table(models: dict[str, torch.nn.Module], ids: torch.Tensor) -> pd.DataFrame:
+    """The share of attention on position 0, layer by layer, in trained decoders.
+
+    For each model, :func:`attnlib.probes.first_token_share` on ``ids`` (in float64, so the
+    numbers are the same on every CPU): the mean over heads of the weight that queries
+    ``1 .. N-1`` put on position 0, and the largest share of any one head. An attention sink
+    shows as a share far above :func:`attnlib.probes.uniform_first_token_share`.
+
+    Args:
+        models: trained decoders by name, e.g. ``{"book": attnlib.pretrained.load("book")}``.
+        ids: ``(B, N)`` token ids, e.g. held-out text.
+
+    Returns:
+        pd.DataFrame: two columns per model (4 decimals), indexed by layer.
+    """
+    from attnlib.probes import first_token_share
+
+    columns = {}
+    for name, model in models.items():
+        share = first_token_share(model, ids)  # (n_layers, n_heads)
+        columns[f"{name}: mean over heads"] = share.mean(dim=-1).numpy().round(4)
+        columns[f"{name}: largest head"] = share.amax(dim=-1).numpy().round(4)
+    return pd.DataFrame(columns).rename_axis("layer")

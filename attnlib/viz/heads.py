@@ -35,6 +35,7 @@ __all__ = [
     "HEAD_WIDTHS",
     "head_patterns",
     "heads_figure",
+    "layer_heads_figure",
     "model_widths_table",
     "parameter_table",
     "reads_figure",
@@ -147,6 +148,71 @@ def heads_figure(n_heads: int = 4, d_head: int = 4, *, d_in: int = D_IN, seed: i
                 f"column: key token</sup>"),
           height=HEIGHT + 160 - _ROW_HEIGHT * (_ROWS - rows))
     fig.update_layout(margin={"t": 110, "b": 50})
+    return fig
+
+
+def layer_heads_figure(
+    maps: Sequence[torch.Tensor], *, labels: Sequence[Sequence[str]] | None = None,
+    title: str = "attention weights of every head",
+) -> go.Figure:
+    """The attention weights of every head of every layer on one sequence, in a grid.
+
+    Row ``l`` of the grid is layer ``l``, column ``h`` its head ``h``; each panel is the
+    heatmap of ``P_h`` (query positions down, key positions across, query 0 on top), so a
+    previous-token head shows as the diagonal just below the main one, and an induction
+    head on a repeated sequence as a diagonal one period, minus one, below it.
+
+    Args:
+        maps: one tensor ``(H, N, N)`` per layer, the weights on one sequence (for
+            example ``P[0]`` of each entry of :func:`attnlib.probes.attention_maps`), all
+            with the same ``H`` and ``N``.
+        labels: optional ``labels[l][h]``, a short line under panel ``(l, h)``'s title
+            (a measured score, say).
+        title: the figure's title.
+
+    Returns:
+        go.Figure: ``L H`` heatmap traces (weights rounded to 3 decimals) sharing one colour
+        axis from 0 to 1.
+    """
+    if not isinstance(maps, Sequence) or not maps:
+        raise TypeError(f"maps must be a non-empty list of (H, N, N) tensors; got {maps!r}")
+    shape = None
+    for P in maps:
+        if not isinstance(P, torch.Tensor) or P.dim() != 3 or P.shape[-1] != P.shape[-2]:
+            got = tuple(P.shape) if isinstance(P, torch.Tensor) else type(P).__name__
+            raise ValueError(f"maps must hold (H, N, N) tensors; got {got}")
+        if shape is not None and P.shape != shape:
+            raise ValueError(f"maps must all have one shape; got {tuple(shape)} and "
+                             f"{tuple(P.shape)}")
+        shape = P.shape
+    n_layers, (n_heads, n, _) = len(maps), shape
+    if labels is not None and (len(labels) != n_layers
+                               or any(len(row) != n_heads for row in labels)):
+        raise ValueError(f"labels must be {n_layers} rows of {n_heads} strings, one per panel")
+    titles = [f"layer {layer}, head {h}" + ("" if labels is None else
+                                            f"<br><sup>{labels[layer][h]}</sup>")
+              for layer in range(n_layers) for h in range(n_heads)]
+    fig = make_subplots(rows=n_layers, cols=n_heads, subplot_titles=titles,
+                        horizontal_spacing=0.04, vertical_spacing=0.14)
+    for layer, P in enumerate(maps):
+        for h in range(n_heads):
+            fig.add_trace(go.Heatmap(
+                z=rounded(P[h].detach().cpu(), 3), coloraxis="coloraxis",
+                name=f"layer {layer}, head {h}",
+                hovertemplate=f"layer {layer}, head {h}<br>query %{{y}}, key %{{x}}"
+                              "<br>weight %{z:.3f}<extra></extra>",
+            ), row=layer + 1, col=h + 1)
+    fig.update_xaxes(showgrid=False, range=[-0.5, n - 0.5], tickfont={"size": 9})
+    fig.update_yaxes(showgrid=False, range=[n - 0.5, -0.5], tickfont={"size": 9})
+    for col in range(2, n_heads + 1):
+        fig.update_yaxes(showticklabels=False, col=col)
+    fig.update_yaxes(title_text="query", col=1)
+    fig.update_xaxes(title_text="key", row=n_layers)
+    fig.update_layout(coloraxis={"colorscale": "Cividis", "cmin": 0, "cmax": 1,
+                                 "colorbar": {"title": {"text": "weight", "side": "right"},
+                                              "len": 0.8}})
+    style(fig, title, height=140 + 260 * n_layers)
+    fig.update_layout(margin={"t": 120, "b": 50})
     return fig
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "kernel_table",
     "lookup_figure",
     "query_at",
+    "recall_weights_figure",
 ]
 
 KERNEL_NAMES: tuple[str, ...] = tuple(KERNELS)
@@ -375,7 +376,8 @@ def cost_figure(
 
     Returns:
         go.Figure: measured times (ms), the fitted power law and the scaled count; the
-        annotation gives the fitted slope.
+        annotation gives the fitted slope and the local slopes
+        ``log(t_{k+1} / t_k) / log(N_{k+1} / N_k)`` between neighbouring sizes.
     """
     n, seconds, counts = list(n), list(seconds), list(counts)
     if not len(n) == len(seconds) == len(counts) or len(n) < 2:
@@ -397,12 +399,65 @@ def cost_figure(
                    name="multiply-adds N²(d_QK + d_V), scaled",
                    line={"color": COLORS["reference"], "dash": DASHES["reference"]}),
     ])
-    fig.add_annotation(text=f"fitted slope = {slope:.2f}", xref="paper", yref="paper",
+    local = [math.log(seconds[k + 1] / seconds[k]) / math.log(n[k + 1] / n[k])
+             for k in range(len(n) - 1)]
+    between = ", ".join(f"{s:.2f} ({n[k]} to {n[k + 1]})" for k, s in enumerate(local))
+    fig.add_annotation(text=f"fitted slope = {slope:.2f}<br>local slopes: {between}",
+                       xref="paper", yref="paper",
                        x=0.02, y=0.98, xanchor="left", yanchor="top", showarrow=False,
                        bgcolor="rgba(255,255,255,0.85)")
     fig.update_xaxes(type="log", title_text="N = N_Q = N_KV (tokens)", tickvals=n,
                      ticktext=[str(x) for x in n])
     fig.update_yaxes(type="log", title_text="time of one call (ms)")
     # the lines rise to the right, so the upper left corner is free for the legend
-    fig.update_layout(legend={"x": 0.02, "xanchor": "left", "y": 0.88, "yanchor": "top"})
+    fig.update_layout(legend={"x": 0.02, "xanchor": "left", "y": 0.80, "yanchor": "top"})
     return style(fig, "The cost of a lookup grows like N²: time against N, log-log")
+
+
+def recall_weights_figure(
+    ids: Sequence[int], weights: Mapping[str, Sequence[float]], *, answer: int,
+    n_keys: int = 16,
+) -> go.Figure:
+    """One query's row of attention weights over a recall prompt, for several models.
+
+    The prompt is a row of :func:`attnlib.tasks.associative_recall`: keys are ids
+    ``0 .. n_keys - 1`` (labelled ``k0``, ``k1``, ...), values the ids from ``n_keys`` on
+    (labelled ``v0``, ``v1``, ...). Each entry of ``weights`` is one bar trace over the
+    positions of the prompt (rounded to 4 decimals); the position ``answer`` (the value
+    stored under the queried key) is marked.
+
+    Args:
+        ids: the prompt's token ids, ``N`` of them.
+        weights: a name -> the query's ``N`` weights (a row of ``P``), for each model.
+        answer: the position of the value the query should read.
+        n_keys: ids below it are keys.
+
+    Returns:
+        go.Figure: one bar trace per model, the answer's position annotated.
+    """
+    ids = [int(t) for t in ids]
+    if not 0 <= answer < len(ids):
+        raise ValueError(f"answer must be a position of the prompt, 0 <= answer < {len(ids)}; "
+                         f"got {answer}")
+    labels = [f"{n}: {'k' if t < n_keys else 'v'}{t if t < n_keys else t - n_keys}"
+              for n, t in enumerate(ids)]
+    colors = (COLORS["main"], COLORS["reference"], COLORS["marker"])
+    fig = go.Figure()
+    for (name, row), color in zip(weights.items(), colors, strict=False):
+        row = [float(w) for w in row]
+        if len(row) != len(ids):
+            raise ValueError(f"weights[{name!r}] must have one weight per token ({len(ids)}); "
+                             f"got {len(row)}")
+        fig.add_trace(go.Bar(x=labels, y=rounded(row, 4), name=name, marker={"color": color},
+                             hovertemplate=f"{name}<br>%{{x}}<br>weight %{{y:.3f}}<extra></extra>"))
+    top = max(max(float(w) for w in row) for row in weights.values())
+    fig.add_annotation(x=labels[answer], y=round(top, 4), text="the value stored under<br>"
+                       "the queried key", showarrow=True, arrowhead=2, ax=-70, ay=-30,
+                       yanchor="bottom")
+    fig.update_xaxes(title_text="position: token", tickangle=-60)
+    fig.update_yaxes(title_text="weight of the query", range=[0, round(1.15 * top, 4)])
+    style(fig, "One query's weights, trained and at initialisation", height=HEIGHT + 60)
+    # legend below the plot, so the plot keeps its width on a narrow page
+    fig.update_layout(barmode="group", legend={"orientation": "h", "x": 0, "y": -0.35,
+                                               "yanchor": "top"}, margin={"b": 150})
+    return fig

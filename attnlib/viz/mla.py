@@ -12,7 +12,7 @@ on the CPU) to MLA with :func:`attnlib.mla.mla_from_mha` at every latent width
 global random state is restored afterwards); its input, one sequence of ``n_tokens``
 rows of i.i.d. standard normal entries, from ``torch.Generator().manual_seed(seed)``.
 
-Lesson: 07_mla.
+Lesson: 07_mla (the names table: 08_rope).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ import torch
 from plotly.subplots import make_subplots
 
 from attnlib._checks import check_nonnegative_int, check_positive_float, check_positive_int
-from attnlib.rope import apply_rope, rope_frequencies
+from attnlib.rope import Llama3Scaling, RopeScaling, YarnScaling, apply_rope, rope_frequencies
 from attnlib.viz.style import COLORS, DASHES, HEIGHT, OKABE_ITO, rounded, style
 
 __all__ = [
@@ -37,6 +37,8 @@ __all__ = [
     "KEY_NOISE",
     "OFFSET_MAX",
     "ROTATION_SETTINGS",
+    "TWIN_OFFSETS",
+    "TWIN_SETTINGS",
     "offset_scores",
     "rotation_figure",
     "rotation_table",
@@ -68,12 +70,23 @@ ROTATION_SETTINGS: tuple[tuple[int, float], ...] = (
     (6, 100.0),
     (64, 100.0),
 )
-"""The settings of the lesson's twin, as ``(offset, base)``.
+"""The settings the lesson's answers quote, as ``(offset, base)``.
 
 Offset 0 (no turn), 1 (pair 0 turns one radian), 6 (pair 0 almost back where it started),
 25 and 64 with RoFormer's base; offsets 6 and 64 with Llama 3's larger base and with a
 small base of 100, whose slow pairs turn much further.
 """
+
+TWIN_OFFSETS: tuple[int, ...] = (*range(13), 16, 20, 25, 32, 40, 48, 56, 64)
+"""The offsets of the lesson's twin: every offset up to 12, then a coarser grid to 64."""
+
+TWIN_SETTINGS: tuple[tuple[int, float], ...] = (
+    *((offset, 10_000.0) for offset in TWIN_OFFSETS),
+    *((offset, base) for base in (500_000.0, 100.0) for offset in (0, 1, 6, 12, 25, 40, 64)),
+)
+"""The settings of the lesson's twin: every :data:`TWIN_OFFSETS` with RoFormer's base, and a
+coarser grid with the other two, so that the twin asks the reader to search, as the live
+explorer does, rather than listing the answers."""
 
 _BASE_LOOKS = {  # colour, dash and marker together, so colour is never the only signal
     10_000.0: {"color": COLORS["main"], "dash": DASHES["measured"], "symbol": "circle"},
@@ -87,32 +100,60 @@ def _check_base(base: object) -> float:
     return float(check_positive_float("base", base))
 
 
-def wavelengths(d: int, base: float = 10_000.0) -> torch.Tensor:
+def wavelengths(d: int, base: float = 10_000.0, *,
+                scaling: RopeScaling | None = None) -> torch.Tensor:
     """Wavelengths ``2 pi / theta_i`` of the ``d/2`` pairs, in positions (float64).
 
     Args:
         d: rotated width (even): ``d_head``, or ``d_R`` for MLA's rotary part.
         base: RoPE base ``b``.
+        scaling: a frequency scaling of :mod:`attnlib.rope` (Llama 3.1's
+            :class:`~attnlib.rope.Llama3Scaling`, YaRN), or None.
 
     Returns:
-        ``(d/2,)`` float64, from ``2 pi`` (pair 0) up to ``2 pi b^((d-2)/d)``.
+        ``(d/2,)`` float64, from ``2 pi`` (pair 0) up to ``2 pi b^((d-2)/d)`` without a
+        scaling.
 
     Example:
         >>> wavelengths(4, base=100.0)
         tensor([ 6.2832, 62.8319], dtype=torch.float64)
     """
     base = _check_base(base)
-    return 2 * math.pi / rope_frequencies(d, base=base)
+    return 2 * math.pi / rope_frequencies(d, base=base, scaling=scaling)
+
+
+Curve = float | tuple[float, RopeScaling | None]
+"""A base, or a ``(base, scaling)`` pair: one curve of the wavelength figure and table."""
+
+
+def _scaling_name(scaling: RopeScaling | None) -> str:
+    """How the figure and table name a scaling: ``llama3 ×8``, ``YaRN ×40`` or nothing."""
+    if scaling is None:
+        return ""
+    kind = "llama3" if isinstance(scaling, Llama3Scaling) else "YaRN"
+    return f"{kind} ×{scaling.factor:g}"
+
+
+def _curve(curve: Curve) -> tuple[float, RopeScaling | None, str]:
+    """``(base, scaling, name)`` of a curve; the name reads ``500,000, llama3 ×8``."""
+    base, scaling = curve if isinstance(curve, tuple) else (curve, None)
+    if scaling is not None and not isinstance(scaling, (Llama3Scaling, YarnScaling)):
+        raise TypeError(f"a curve's scaling must be a Llama3Scaling, a YarnScaling or None; "
+                        f"got {scaling!r}")
+    base = _check_base(base)
+    name = f"{base:,.0f}" + (f", {_scaling_name(scaling)}" if scaling is not None else "")
+    return base, scaling, name
 
 
 def wavelength_figure(
-    d: int = 128, bases: Sequence[float] = (10_000.0, 500_000.0), *, context: int | None = None
+    d: int = 128, bases: Sequence[Curve] = (10_000.0, 500_000.0), *, context: int | None = None
 ) -> go.Figure:
     """The wavelength of every pair, one curve per base, on a logarithmic axis.
 
     Args:
         d: rotated width (even).
-        bases: the bases to compare (at most four).
+        bases: the bases to compare (at most four), each a base or a ``(base, scaling)``
+            pair (:data:`Curve`).
         context: when given, a dashed line at this many positions.
 
     Returns:
@@ -124,15 +165,16 @@ def wavelength_figure(
     fig = go.Figure()
     others = iter(_OTHER_LOOKS)
     pairs = list(range(d // 2))
-    for base in bases:
-        lam = wavelengths(d, base)
-        look = _BASE_LOOKS.get(float(base)) or next(others)
+    for curve in bases:
+        base, scaling, name = _curve(curve)
+        lam = wavelengths(d, base, scaling=scaling)
+        look = (_BASE_LOOKS.get(base) if scaling is None else None) or next(others)
         fig.add_trace(go.Scatter(
-            x=pairs, y=rounded(lam), mode="lines+markers", name=f"b = {base:,.0f}",
+            x=pairs, y=rounded(lam), mode="lines+markers", name=f"b = {name}",
             line={"color": look["color"], "dash": look["dash"]},
             marker={"symbol": look["symbol"], "size": 5, "color": look["color"]},
             hovertemplate="pair %{x}: wavelength %{y:,.1f} positions<extra>b = "
-                          f"{base:,.0f}</extra>",
+                          f"{name}</extra>",
         ))
         fig.add_annotation(x=pairs[-1], y=math.log10(float(lam[-1])),
                            text=f"{float(lam[-1]):,.0f}", showarrow=True, arrowhead=2,
@@ -153,13 +195,13 @@ def wavelength_figure(
 
 
 def wavelength_table(
-    d: int = 128, bases: Sequence[float] = (10_000.0, 500_000.0), *, context: int = 131_072
+    d: int = 128, bases: Sequence[Curve] = (10_000.0, 500_000.0), *, context: int = 131_072
 ) -> pd.DataFrame:
     """Frequencies and wavelengths of the pairs for each base.
 
     Args:
         d: rotated width (even).
-        bases: the bases to compare.
+        bases: the bases to compare, each a base or a ``(base, scaling)`` pair.
         context: a context length; the last column counts the pairs whose wavelength is
             longer, so that their angle never repeats within the context.
 
@@ -169,10 +211,11 @@ def wavelength_table(
     """
     context = check_positive_int("context", context)
     rows = {}
-    for base in bases:
-        theta = rope_frequencies(d, base=_check_base(base))
+    for curve in bases:
+        base, scaling, name = _curve(curve)
+        theta = rope_frequencies(d, base=base, scaling=scaling)
         lam = 2 * math.pi / theta
-        rows[f"{base:,.0f}"] = {
+        rows[name] = {
             "θ_0": f"{float(theta[0]):.3e}",
             f"θ_{d // 2 - 1}": f"{float(theta[-1]):.3e}",
             "shortest wavelength": round(float(lam[0]), 2),

@@ -56,10 +56,12 @@ SATURATION_DIMS: tuple[int, ...] = (2, 8, 32, 128, 512, 2048)
 
 _SCALED = "with 1/√d_QK"
 _UNSCALED = "without 1/√d_QK"
+_MEAN_MAX = "mean largest weight"
+_MEDIAN_GAIN = "median gain ||J||"
 
 
 def softmax_jacobian(P: torch.Tensor) -> torch.Tensor:
-    """The Jacobian of the softmax at weights ``p``: ``J = diag(p) - p p^T``.
+    """The Jacobian of the softmax at weights ``p``: ``J = diag(p) - p^T p`` (``p`` a row).
 
     ``J[j, l] = d p_j / d s_l`` for ``p = softmax(s)``. It is symmetric, positive
     semi-definite, and ``J 1 = 0`` (adding a constant to every logit changes nothing).
@@ -215,8 +217,8 @@ def _saturation(
         for label, scale in ((_SCALED, None), (_UNSCALED, 1.0)):
             P = attention_weights(Q, K, scale=scale)  # (n_queries, n_kv)
             gain = torch.linalg.eigvalsh(softmax_jacobian(P))[..., -1]  # largest eigenvalue
-            row[label, "largest weight"] = float(P.amax(dim=-1).mean())
-            row[label, "gain ||J||"] = float(gain.median())
+            row[label, _MEAN_MAX] = float(P.amax(dim=-1).mean())
+            row[label, _MEDIAN_GAIN] = float(gain.median())
         out[d] = row
     return out
 
@@ -229,7 +231,7 @@ def saturation_table(
 
     For each width, ``n_queries`` random queries meet the same ``n_kv`` random keys
     (fresh ``Generator().manual_seed(seed)`` per width, queries first). For each query,
-    ``p`` is its row of weights and ``J = diag(p) - p p^T`` the Jacobian of the softmax at
+    ``p`` is its row of weights and ``J = diag(p) - p^T p`` the Jacobian of the softmax at
     ``p``; the gain ``||J||`` is its largest eigenvalue (its spectral norm: ``J`` is
     symmetric positive semi-definite), the most that a unit change of the logits can move
     ``p``. Columns come with the default scaling ``1/√d_QK`` and without it (``scale=1``).
@@ -247,7 +249,7 @@ def saturation_table(
         by ``d_QK``.
     """
     stats = _saturation(tuple(dims), n_kv, n_queries, seed)
-    rows = {d: {k: (round(v, 3) if k[1] == "largest weight" else f"{v:.3g}")
+    rows = {d: {k: (round(v, 3) if k[1] == _MEAN_MAX else f"{v:.3g}")
                 for k, v in row.items()} for d, row in stats.items()}
     table = pd.DataFrame.from_dict(rows, orient="index").rename_axis("d_QK")
     table.columns = pd.MultiIndex.from_tuples(table.columns)
@@ -282,10 +284,10 @@ def saturation_figure(
         _UNSCALED: {"color": COLORS["reference"], "dash": DASHES["marker"],
                     "symbol": SYMBOLS["word"]},
     }
-    for col, stat in enumerate(("largest weight", "gain ||J||"), start=1):
+    for col, stat in enumerate((_MEAN_MAX, _MEDIAN_GAIN), start=1):
         for label, look in looks.items():
             fig.add_trace(go.Scatter(
-                x=dims, y=rounded([stats[d][label, stat] for d in dims], 6),
+                x=dims, y=rounded([stats[d][label, stat] for d in dims], digits=3),
                 mode="lines+markers", name=f"{stat}, {label}", legendgroup=label,
                 line={"color": look["color"], "dash": look["dash"], "width": 2},
                 marker={"color": look["color"], "symbol": look["symbol"], "size": 9},
@@ -298,7 +300,7 @@ def saturation_figure(
                        showarrow=False)
     fig.update_xaxes(type="log", title_text="d_QK (log scale)")
     fig.update_yaxes(range=[0, 1.05], title_text="weight", row=1, col=1)
-    gains = [stats[d][label, "gain ||J||"] for d in dims for label in looks]
+    gains = [stats[d][label, _MEDIAN_GAIN] for d in dims for label in looks]
     low = math.floor(math.log10(max(min(gains), 1e-300)))
     fig.update_yaxes(type="log", title_text="largest eigenvalue of J", dtick=1,
                      exponentformat="power", range=[low - 0.3, 0.2], row=1, col=2)

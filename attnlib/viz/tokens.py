@@ -344,8 +344,9 @@ def embedding_table(
         bytes_per_elem: bytes per entry (2 for bfloat16).
 
     Returns:
-        pd.DataFrame: ``N_T``, ``d``, entries of ``E``, its size in GiB, one row's size
-        in KiB, whether the head is tied, and both shares in percent (1 decimal).
+        pd.DataFrame: ``N_T``, ``d``, entries of ``E``, its size in GB (``10^9`` bytes,
+        2 decimals), one row's size in bytes, whether the head is tied, and both shares in
+        percent (1 decimal).
     """
     rows = {}
     for spec in specs:
@@ -355,8 +356,8 @@ def embedding_table(
             "N_T": spec.vocab_size,
             "d": spec.d_model,
             "entries of E": n,
-            "E (GiB)": round(bytes_per_elem * n / 2**30, 2),
-            "one row (KiB)": round(bytes_per_elem * spec.d_model / 2**10, 1),
+            "E (GB)": round(bytes_per_elem * n / 1e9, 2),
+            "one row (bytes)": bytes_per_elem * spec.d_model,
             "head tied to E": tied[spec.name],
             "share, E only (%)": round(100 * n / nominal[spec.name], 1),
             "share, E and head (%)": round(100 * stored / nominal[spec.name], 1),
