@@ -156,6 +156,11 @@ class ModelSpec:
         notes: what the numbers leave out (sliding windows, MoE, vocabulary padding).
         n_params: total number of weights, or ``None`` when not recorded; the size of the
             weights in memory is :meth:`weight_bytes`.
+        window: ``w``, the width of the sliding window of the model's local layers (query
+            ``i`` sees keys ``i - w < j <= i``), or ``None`` when every layer is global.
+        n_window_layers: how many of the ``N_L`` layers use that window (0 without one); a
+            window layer's cache never needs more than ``w`` tokens
+            (:meth:`windowed_cache_bytes`).
 
     Example:
         >>> spec = ModelSpec("toy", n_layers=2, d_model=64, n_heads=8, n_kv_heads=2,
@@ -182,6 +187,8 @@ class ModelSpec:
     source: str = ""
     notes: str = ""
     n_params: int | None = None
+    window: int | None = None
+    n_window_layers: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -197,6 +204,18 @@ class ModelSpec:
             raise ValueError(
                 "d_rope must be 0 unless d_latent is set (the decoupled RoPE key belongs "
                 f"to MLA); got d_rope={self.d_rope} with d_latent=None"
+            )
+        if self.window is not None:
+            check_positive_int("window", self.window)
+        check_nonnegative_int("n_window_layers", self.n_window_layers)
+        if self.n_window_layers > self.n_layers:
+            raise ValueError(f"n_window_layers must be at most n_layers={self.n_layers}; got "
+                             f"{self.n_window_layers}")
+        if (self.window is None) != (self.n_window_layers == 0):
+            raise ValueError(
+                "window and n_window_layers go together: give both (a window width and the "
+                f"number of layers using it) or neither; got window={self.window}, "
+                f"n_window_layers={self.n_window_layers}"
             )
         for arg in ("source", "notes"):
             if not isinstance(getattr(self, arg), str):
@@ -361,6 +380,44 @@ class ModelSpec:
         _check_counts(batch=batch, n_tokens=n_tokens)
         return self.kv_bytes_per_token(bytes_per_elem) * n_tokens * batch
 
+    def windowed_cache_bytes(
+        self, n_tokens: int, *, batch: int = 1, bytes_per_elem: int = 2
+    ) -> int:
+        """Bytes of the cache when each sliding-window layer keeps only its last ``w`` tokens.
+
+        A layer whose queries see at most ``w`` keys never reads an older token again, so
+        its cache can hold ``min(N, w)`` tokens (a rolling buffer); a global layer holds all
+        ``N``. With ``c = kv_bytes_per_token(b) / N_L`` bytes per token and layer::
+
+            c · ((N_L - n_window_layers) · N + n_window_layers · min(N, w)) · B
+
+        which is :meth:`kv_cache_bytes` for a model without a window.
+
+        Args:
+            n_tokens: ``N``, tokens per sequence.
+            batch: ``B``, sequences.
+            bytes_per_elem: ``b`` (2 for bf16/fp16, 1 for fp8).
+
+        Returns:
+            int: bytes.
+
+        Example:
+            Gemma 3 27B at 128k tokens: 10 global layers hold every token, 52 local ones
+            the last 1,024; about 11.2 GB instead of the 66.6 GB of 62 global layers.
+
+            >>> GEMMA3_27B.windowed_cache_bytes(131_072)
+            11173625856
+            >>> GEMMA3_27B.kv_cache_bytes(131_072)
+            66571993088
+
+        Lesson: 05_kv_cache (the cache of a model with sliding windows).
+        """
+        _check_counts(batch=batch, n_tokens=n_tokens)
+        per_layer = self.kv_bytes_per_token(bytes_per_elem) // self.n_layers
+        n_global = self.n_layers - self.n_window_layers
+        held = n_global * n_tokens + self.n_window_layers * min(n_tokens, self.window or 0)
+        return per_layer * held * batch
+
     def weight_bytes(self, bytes_per_elem: int = 2) -> int:
         """Bytes of the model's weights: ``n_params · b``.
 
@@ -483,11 +540,13 @@ MISTRAL_7B = ModelSpec(
     ),
     notes=(
         "GQA with 4 query heads per KV head. Every layer uses a 4096-token sliding window, "
-        "so a rolling cache never holds more than 4096 tokens; the byte counts here assume "
-        "a full cache. n_params counts the checkpoint's weights: untied embeddings, "
-        "d_ff = 14,336."
+        "so a rolling cache never holds more than 4096 tokens (windowed_cache_bytes); "
+        "kv_cache_bytes assumes a full cache. n_params counts the checkpoint's weights: "
+        "untied embeddings, d_ff = 14,336."
     ),
     n_params=7_241_732_096,
+    window=4096,
+    n_window_layers=32,
 )
 
 GEMMA3_27B = ModelSpec(
@@ -506,13 +565,16 @@ GEMMA3_27B = ModelSpec(
         "vocab_size is the tokenizer's 262,144 entries (the report's '262k'; num_embed in "
         "Google's reference code); the Hugging Face config.json lists 262,208 embedding "
         "rows. Q/K width 32 x 128 = 4096 is narrower than d_model = 5376. Gemma 3 "
-        "interleaves 5 local sliding-window layers (window 1024 tokens) per global layer: "
-        "the byte counts here treat every layer as global, an upper bound for long contexts. "
+        "interleaves 5 local sliding-window layers (window 1024 tokens) per global layer, "
+        "52 local and 10 global layers in all: windowed_cache_bytes keeps 1024 tokens in "
+        "the local layers; kv_cache_bytes treats every layer as global, an upper bound. "
         "n_params counts the language model's weights (d_ff = 21,504, tied embeddings of "
         "262,208 rows, RMSNorms including the per-head query and key norms), not the "
         "vision encoder."
     ),
     n_params=27_009_346_304,
+    window=1024,
+    n_window_layers=52,
 )
 
 DEEPSEEK_V2 = ModelSpec(

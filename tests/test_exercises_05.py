@@ -1,6 +1,6 @@
 """Tests for lesson 05's answer checks: right answers computed by hand (the cache formula,
-sums of squares, memory left after the weights), and the hint each kind of wrong answer
-gets."""
+the multiply-adds of a decoding step written out, memory left after the weights), and the
+hint each kind of wrong answer gets."""
 
 from __future__ import annotations
 
@@ -13,9 +13,13 @@ from attnlib import exercises
 
 # 05.1: 2 x 32 layers x 8 KV heads x 128 x 1 byte per token, 16 x 32,768 tokens
 FP8 = 2 * 32 * 8 * 128 * 1 * 16 * 32_768
-# 05.2: sum n^2 / sum n over n = 1..4096 = (2N + 1) / 3
-N = 4096
-RATIO = sum(n * n for n in range(1, N + 1)) / sum(range(1, N + 1))
+# 05.2: Llama 3 8B, one token against N keys. Attention: 2 x 32 layers x 32 heads x 128 per
+# key. The rest, per layer: W_Q, W_K, W_V (4096 x (32 + 2 x 8) x 128), W_O (32 x 128 x 4096),
+# SwiGLU (3 x 4096 x 14,336); once, the output head 4096 x 128,256.
+PER_KEY = 2 * 32 * 32 * 128
+LAYER = 4096 * (32 + 16) * 128 + 32 * 128 * 4096 + 3 * 4096 * 14_336
+REST = 32 * LAYER + 4096 * 128_256
+CROSS = -(-REST // PER_KEY)
 # 05.3: Llama 3 8B, 8,030,261,248 weights in bf16; 2 x 32 x 8 x 128 x 2 bytes per token
 PER_TOKEN = 2 * 32 * 8 * 128 * 2
 FITS = (80 * 10**9 - 2 * 8_030_261_248) // PER_TOKEN
@@ -23,7 +27,8 @@ FITS = (80 * 10**9 - 2 * 8_030_261_248) // PER_TOKEN
 
 def test_hand_values():
     assert FP8 == 34_359_738_368
-    assert RATIO == pytest.approx(2731.0)
+    assert (PER_KEY, REST, CROSS) == (262_144, 7_504_658_432, 28_628)
+    assert CROSS * PER_KEY >= REST > (CROSS - 1) * PER_KEY
     assert PER_TOKEN == 131_072 and FITS == 487_819
 
 
@@ -34,9 +39,9 @@ def test_hand_values():
         ("05.1", float(FP8)),
         ("05.1", 3.436e10),
         ("05.1", np.int64(FP8)),
-        ("05.2", RATIO),
-        ("05.2", 2731),
-        ("05.2", torch.tensor(2731.0)),
+        ("05.2", CROSS),
+        ("05.2", np.int64(CROSS)),
+        ("05.2", torch.tensor(CROSS)),
         ("05.3", FITS),
         ("05.3", np.int64(FITS)),
     ],
@@ -55,9 +60,14 @@ def test_right_answers_are_correct(label, answer, capsys):
         ("05.1", 32.0, "in GiB"),
         ("05.1", 34.36, "in GB"),
         ("05.1", "34 GB", "got a str"),
-        ("05.2", 1 / RATIO, "the inverse"),
-        ("05.2", N, "that is N"),
-        ("05.2", N / 2, "compute them exactly"),
+        ("05.2", -(-(REST - 4096 * 128_256) // PER_KEY), "leaves out the output head"),
+        ("05.2", -(-(REST - 32 * 4096 * 14_336) // PER_KEY), "two matrices"),
+        ("05.2", -(-REST // (PER_KEY // 4)), "once per KV head"),
+        ("05.2", -(-REST // (PER_KEY // 2)), "Q K^T only"),
+        ("05.2", -(-(REST + 32 * 4096 * 48 * 128) // PER_KEY), "G = 8 key/value heads"),
+        ("05.2", CROSS - 1, "round up"),
+        ("05.2", 2731, "not quite"),
+        ("05.2", float(CROSS), "whole number"),
         ("05.3", (80 * 2**30 - 2 * 8_030_261_248) // PER_TOKEN, "80 GiB"),
         ("05.3", 80 * 10**9 // PER_TOKEN, "ignores the weights"),
         ("05.3", (80 * 10**9 - 2 * 8_030_261_248) // (PER_TOKEN // 2), "fp8 cache"),

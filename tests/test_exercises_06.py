@@ -10,8 +10,9 @@ from attnlib_testing import assert_correct, assert_hint
 
 from attnlib import exercises
 
-# 06.1: Llama 3 8B, 2 (K and V) x 32 layers x 8 KV heads x 128 x 2 bytes
-CACHE = 2 * 32 * 8 * 128 * 2
+# 06.1: Llama 3 70B, one decoding step of one layer against N keys: 2 x 64 heads x N x 128
+# multiply-adds, 2 x 8 KV heads x N x 128 x 2 bytes of cache read; N cancels
+INTENSITY = (2 * 64 * 1000 * 128) / (2 * 8 * 1000 * 128 * 2)
 # 06.2: H = 32, G = 8, s = 4; query head 13 reads floor(13 / 4)
 HEAD = 13 // 4
 # 06.3: Llama 3 70B, W_K and W_V each lose d (H - G) d_head = 8192 x 56 x 128 entries
@@ -19,7 +20,7 @@ SAVED = 2 * 8192 * (64 - 8) * 128
 
 
 def test_hand_values():
-    assert CACHE == 131_072
+    assert INTENSITY == 4.0
     assert HEAD == 3
     assert SAVED == 117_440_512
 
@@ -27,7 +28,7 @@ def test_hand_values():
 @pytest.mark.parametrize(
     ("label", "answer"),
     [
-        ("06.1", CACHE), ("06.1", float(CACHE)), ("06.1", np.int64(CACHE)),
+        ("06.1", INTENSITY), ("06.1", 4), ("06.1", np.float64(4.0)),
         ("06.2", HEAD), ("06.2", np.int64(HEAD)), ("06.2", torch.tensor(HEAD)),
         ("06.3", SAVED), ("06.3", torch.tensor(SAVED)),
     ],
@@ -39,11 +40,12 @@ def test_right_answers_are_correct(label, answer, capsys):
 @pytest.mark.parametrize(
     ("label", "answer", "hint"),
     [
-        ("06.1", 2 * 32 * 32 * 128 * 2, "one key/value head per query head"),
-        ("06.1", CACHE // 2, "count both K and V"),
-        ("06.1", CACHE // 32, "one layer"),
-        ("06.1", 2 * 8 * 128, "in numbers, not bytes"),
-        ("06.1", "131072", "got a str"),
+        ("06.1", 8, "per cached number"),
+        ("06.1", 0.5, "the multi-head layer"),
+        ("06.1", 0.25, "the inverse"),
+        ("06.1", 2, "logits only"),
+        ("06.1", 3, "about 0.75 times too small"),
+        ("06.1", "4", "got a str"),
         ("06.2", 13 // 8, "divides by G"),
         ("06.2", 13 % 8, "interleaved"),
         ("06.2", (13 - 1) // 4 + 1, "mixes conventions"),

@@ -426,3 +426,56 @@ def test_weight_bytes_needs_n_params(toy_spec):
         toy_spec.weight_bytes()
     with pytest.raises(ValueError, match=r"n_params .*got 0"):
         _spec(n_params=0)
+
+
+# --- sliding windows: a local layer holds at most w tokens ------------------------------
+
+
+def _gemma3_layer_is_local(i: int) -> bool:
+    """Gemma 3's layer pattern (config.json ``sliding_window_pattern = 6``): five local
+    layers, then one global, so layer i is global when (i + 1) is a multiple of 6."""
+    return (i + 1) % 6 != 0
+
+
+@pytest.mark.parametrize("n_tokens", [1, 1000, 1024, 1025, 131_072])
+def test_gemma3_windowed_cache_counts_layer_by_layer(n_tokens):
+    local = [i for i in range(62) if _gemma3_layer_is_local(i)]
+    assert len(local) == GEMMA3_27B.n_window_layers == 52
+    per_layer = 2 * 16 * 128 * 2  # K and V, G = 16, d_head = 128, bf16
+    held = sum(min(n_tokens, 1024) if i in local else n_tokens for i in range(62))
+    assert GEMMA3_27B.windowed_cache_bytes(n_tokens) == per_layer * held
+    assert GEMMA3_27B.windowed_cache_bytes(n_tokens, batch=3, bytes_per_elem=1) == (
+        per_layer // 2 * held * 3)
+
+
+def test_gemma3_at_128k_is_about_11_gb_not_67():
+    assert round(GEMMA3_27B.windowed_cache_bytes(131_072) / GB, 1) == 11.2
+    assert round(GEMMA3_27B.kv_cache_bytes(131_072) / GB, 1) == 66.6
+
+
+def test_mistral_cache_stops_growing_at_its_window():
+    per_token = 2 * 32 * 8 * 128 * 2
+    assert MISTRAL_7B.windowed_cache_bytes(4096) == per_token * 4096
+    assert MISTRAL_7B.windowed_cache_bytes(131_072) == per_token * 4096
+    assert MISTRAL_7B.windowed_cache_bytes(100) == per_token * 100
+
+
+def test_models_without_a_window_hold_every_token():
+    for spec in (LLAMA3_70B, LLAMA3_8B, LLAMA2_7B, DEEPSEEK_V2, DEEPSEEK_V3):
+        assert spec.window is None and spec.n_window_layers == 0
+        assert spec.windowed_cache_bytes(5000, batch=2) == spec.kv_cache_bytes(5000, batch=2)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "pattern"),
+    [
+        ({"window": 16}, "window and n_window_layers go together"),
+        ({"n_window_layers": 2}, "window and n_window_layers go together"),
+        ({"window": 16, "n_window_layers": 4}, "n_window_layers must be at most n_layers=3"),
+        ({"window": 0, "n_window_layers": 1}, "window"),
+    ],
+)
+def test_window_arguments_are_checked(kwargs, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        ModelSpec("toy", n_layers=3, d_model=32, n_heads=8, n_kv_heads=2, d_head=4,
+                  vocab_size=50, **kwargs)

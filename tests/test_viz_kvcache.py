@@ -5,7 +5,6 @@ explorer's figures (rounded data, trace types the site draws, a twin under 300 K
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 import plotly.graph_objects as go
@@ -29,15 +28,17 @@ def test_decode_timings_generate_the_tokens_of_generate():
         assert len(secs) == 6 and all(s > 0 for s in secs)
 
 
-def test_timing_figure_fits_through_block_minima():
+def test_timing_figure_gives_tokens_per_second_and_the_speed_up():
     pos = np.arange(16, 80)
-    cached = np.full(len(pos), 1e-3)
-    recomputed = 1e-5 * pos.astype(float) ** 1.5
-    recomputed[::7] *= 20  # interruptions: the block minima skip them
+    cached = np.full(len(pos), 1e-3)  # 64 passes of 1 ms: 1,000 tokens/s
+    recomputed = np.full(len(pos), 4e-3)  # 250 tokens/s
     fig = vk.timing_figure(pos, cached, recomputed)
     names = [t.name for t in fig.data]
-    assert names == ["with the cache: exponent 0.00", "recomputing everything: exponent 1.50"]
+    assert names == ["with the cache: 1,000 tokens/s", "recomputing everything: 250 tokens/s"]
+    assert "64 new tokens" in fig.layout.title.text and "(4.0× faster)" in fig.layout.title.text
     assert all(isinstance(t, go.Scatter) for t in fig.data)
+    with pytest.raises(ValueError, match="same, nonzero length"):
+        vk.timing_figure(pos, cached[:3], recomputed)
 
 
 def test_macs_table_is_the_closed_forms():
@@ -50,17 +51,46 @@ def test_macs_table_is_the_closed_forms():
     assert (table["total, recomputing"] > table["total, cached"]).all()
 
 
-def test_preset_table_is_the_formula():
-    table = vk.preset_table(1000)
+def _held_tokens(spec, n_tokens):
+    """Tokens the cache holds, counted layer by layer: a window layer keeps at most w."""
+    return sum(min(n_tokens, spec.window) if layer < spec.n_window_layers else n_tokens
+               for layer in range(spec.n_layers))
+
+
+def _cache_by_layers(spec, n_tokens, batch=1, n_b=2):
+    per_layer = (spec.d_latent + spec.d_rope if spec.d_latent
+                 else 2 * spec.n_kv_heads * spec.d_head)
+    return per_layer * n_b * _held_tokens(spec, n_tokens) * batch
+
+
+def _first_n_past(spec, weights, batch=1, n_b=2):
+    """The largest N whose cache is at most the weights, by bisection on the layer count
+    (None when even 2^40 tokens stay below them)."""
+    if _cache_by_layers(spec, 2**40, batch, n_b) <= weights:
+        return None
+    lo, hi = 0, 2**40
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if _cache_by_layers(spec, mid, batch, n_b) <= weights else (lo, mid)
+    return lo
+
+
+def test_preset_table_is_the_formula_with_windows_counted_layer_by_layer():
+    table = vk.preset_table(131_072)
     for name, spec in PRESETS.items():
         per_layer = (spec.d_latent + spec.d_rope if spec.d_latent
                      else 2 * spec.n_kv_heads * spec.d_head)
         per_token = spec.n_layers * per_layer * 2
         assert table.loc[name, "cache bytes per token"] == per_token
-        assert table.loc[name, "cache GB at 1,000"] == round(per_token * 1000 / 1e9, 1)
+        cache = _cache_by_layers(spec, 131_072)
+        assert table.loc[name, "cache GB at 131,072"] == round(cache / 1e9, 1)
         assert table.loc[name, "weights GB"] == round(2 * spec.n_params / 1e9, 1)
-        assert table.loc[name, "tokens = weights"] == 2 * spec.n_params // per_token
+        equal = _first_n_past(spec, 2 * spec.n_params)
+        assert table.loc[name, "tokens = weights"] == ("never" if equal is None else equal)
     assert table.loc["Llama 3 70B", "cache bytes per token"] == 327_680
+    assert table.loc["Gemma 3 27B", "cache GB at 131,072"] == 11.2  # not 66.6: 52 local layers
+    assert table.loc["Gemma 3 27B", "window (layers)"] == "1,024 (52)"
+    assert table.loc["Mistral 7B", "tokens = weights"] == "never"
 
 
 def test_memory_table_and_figure_agree_with_the_formula():
@@ -69,16 +99,22 @@ def test_memory_table_and_figure_agree_with_the_formula():
     for model, context, batch, dtype in vk.MEMORY_SETTINGS:
         spec = PRESETS[model]
         n_b = {"fp32": 4, "bf16": 2, "fp8": 1}[dtype]
-        cache = spec.kv_bytes_per_token(n_b) * context * batch
+        cache = _cache_by_layers(spec, context, batch, n_b)
         weights = 2 * spec.n_params
         row = table.loc[(model, context, batch, dtype)]
         assert row["cache GB"] == round(cache / 1e9, 1)
         assert row["cache / weights"] == round(cache / weights, 2)
-        assert row["N where equal"] == math.floor(weights / (cache / context))
+        assert row["N where equal"] == _first_n_past(spec, weights, batch, n_b)
         fig = vk.memory_figure(model=model, context=context, batch=batch, dtype=dtype)
         assert fig.data[2].y[0] == pytest.approx(cache / 1e9, abs=1e-3)
         assert fig.data[1].y[0] == pytest.approx(weights / 1e9, abs=1e-3)
         assert f"{cache / 1e9:.1f} GB of cache" in fig.layout.title.text
+
+
+def test_mistral_figure_says_its_windows_cap_the_cache():
+    fig = vk.memory_figure(model="Mistral 7B", context=1_048_576)
+    assert "windows keep the cache below the weights" in fig.layout.title.text
+    assert fig.data[0].y[-1] == fig.data[0].y[2]  # flat from 4,096 tokens on
 
 
 def test_llama3_70b_figure_numbers():

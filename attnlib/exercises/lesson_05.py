@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attnlib.costs import generation_macs
+from attnlib.costs import decode_step_macs
 from attnlib.exercises import numbers, scalar, whole_number
 from attnlib.memory import LLAMA3_8B, kv_cache_bytes
 
@@ -25,21 +25,44 @@ def _fp8_batch_cache():
     )
 
 
-@numbers("05.2", rel=1e-3, what="one number, the ratio")
-def _attention_saving():
-    """Ratio of the attention multiply-adds without and with a cache, passes n = 1..4096."""
-    n = 4096
-    shape = dict(n_layers=1, d_model=1, n_heads=1, n_kv_heads=1, d_head=1, d_ff=1,
-                 vocab_size=1)
-    totals = [sum(s["attention"] for s in generation_macs(1, n, use_cache=c, **shape))
-              for c in (False, True)]
-    return scalar(totals[0] / totals[1]), (
-        (scalar(totals[1] / totals[0]), "that is the inverse: divide the work without the "
-                                        "cache by the work with it."),
-        (scalar(n), "that is N; the ratio of the sums of n^2 and of n is (2N + 1) / 3."),
-        (scalar(n / 2), "close to the ratio of N^3 / 3 to N^2 / 2, but the sums are "
-                        "N(N+1)(2N+1)/6 and N(N+1)/2: compute them exactly."),
-    )
+# Llama 3 8B's shape for exercise 05.2 (d_ff = 14,336: Table 3 of the Llama 3 paper).
+LLAMA3_8B_SHAPE = dict(n_layers=LLAMA3_8B.n_layers, d_model=LLAMA3_8B.d_model,
+                       n_heads=LLAMA3_8B.n_heads, n_kv_heads=LLAMA3_8B.n_kv_heads,
+                       d_head=LLAMA3_8B.d_head, d_ff=14_336, vocab_size=LLAMA3_8B.vocab_size)
+
+
+def _crossover(**changes: int) -> int:
+    """Smallest N at which a cached step's attention reaches the rest, for the shape with
+    ``changes`` (what the hints recompute with a mistaken count)."""
+    shape = {**LLAMA3_8B_SHAPE, **changes}
+    step = decode_step_macs(1, 1, **shape)
+    return -(-step["other"] // step["attention"])
+
+
+@whole_number("05.2", what="a whole number of keys (an int)")
+def _attention_dominates():
+    """Smallest N at which one cached decoding step of Llama 3 8B spends at least as many
+    multiply-adds on attention as on everything else."""
+    expected = _crossover()
+    step = decode_step_macs(1, 1, **LLAMA3_8B_SHAPE)
+    per_key, rest = step["attention"], step["other"]
+    no_head = rest - LLAMA3_8B.d_model * LLAMA3_8B.vocab_size
+    hints = {
+        -(-no_head // per_key): "that leaves out the output head, d x N_T multiply-adds per "
+                                "token: count it with the rest.",
+        _crossover(ffn="gelu"): "that counts two matrices in the feed-forward network; SwiGLU "
+                                "has three (gate, up and down).",
+        -(-rest // (per_key // 4)): "that scores the keys once per KV head (G = 8); every one "
+                                    "of the H = 32 query heads scores every key.",
+        -(-rest // (per_key // 2)): "that counts Q K^T only; the weighted sum P V costs as "
+                                    "much again.",
+        _crossover(n_kv_heads=LLAMA3_8B.n_heads): "that gives W_K and W_V 32 heads; Llama 3 8B "
+                                                  "projects to G = 8 key/value heads.",
+        expected - 1: "one short: at that N attention is still below the rest; round up.",
+    }
+    return expected, hints, ("not quite: divide the multiply-adds of the rest of a step "
+                             "(projections, SwiGLU, output head) by those of attention per "
+                             "key, 2 N_L H d_head, and round up.")
 
 
 @whole_number("05.3", what="a whole number of tokens (an int)")

@@ -4,23 +4,25 @@ from __future__ import annotations
 
 from attnlib.exercises import numbers, scalar, whole_number
 from attnlib.heads import kv_head_index
-from attnlib.memory import LLAMA3_8B, LLAMA3_70B
+from attnlib.memory import LLAMA3_70B
 
 
-@numbers("06.1", rel=1e-9, what="one number of bytes (an int)")
-def _llama3_8b_cache():
-    """Bytes per token of Llama 3 8B's KV cache, all layers, 16-bit numbers."""
-    expected = LLAMA3_8B.kv_bytes_per_token()  # 2 N_L G d_head b
+@numbers("06.1", rel=1e-6, what="one number, multiply-adds per byte")
+def _decode_intensity():
+    """Multiply-adds of one decoding step's attention per byte of bf16 cache it reads, in a
+    layer of Llama 3 70B: ``2 H N d_head / (2 G N d_head n_b) = H / (G n_b)``."""
+    n_heads, n_kv, d_head, n_b, n = (LLAMA3_70B.n_heads, LLAMA3_70B.n_kv_heads,
+                                     LLAMA3_70B.d_head, 2, 1000)
+    macs = 2 * n_heads * n * d_head  # every query head: N logits and a sum of N values
+    cache_bytes = 2 * n_kv * n * d_head * n_b  # K and V of the G key/value heads
+    expected = macs / cache_bytes
     return scalar(expected), (
-        (scalar(LLAMA3_8B.cache_bytes_per_token("mha")),
-         "that counts one key/value head per query head (H = 32); the cache holds the "
-         "G = 8 key/value heads only."),
-        (scalar(expected // 2), "half the answer: count both K and V, and 2 bytes per "
-                                "16-bit number."),
-        (scalar(expected // LLAMA3_8B.n_layers), "that is one layer; the cache holds every "
-                                                 "layer's keys and values."),
-        (scalar(expected // 2 // LLAMA3_8B.n_layers),
-         "that is one layer in numbers, not bytes; multiply by the layers and by 2 bytes."),
+        (scalar(n_heads / n_kv), "that is per cached number; each bf16 number takes 2 bytes."),
+        (scalar(1 / n_b), "that is the multi-head layer (G = H); Llama 3 70B has G = 8 "
+                          "key/value heads for H = 64 query heads."),
+        (scalar(cache_bytes / macs), "that is bytes per multiply-add, the inverse."),
+        (scalar(expected / 2), "that counts the logits only; the weighted sum of the values "
+                               "costs as many multiply-adds again."),
     )
 
 

@@ -56,6 +56,8 @@ __all__ = [
     "group_map_figure",
     "groups_figure",
     "savings_table",
+    "seed_table",
+    "weight_error",
 ]
 
 D_IN = 32
@@ -205,6 +207,73 @@ def conversion_error(n_heads: int, n_kv_heads: int, kind: str = "correlated", *,
     check_divisible("n_heads", n_heads, "n_kv_heads", n_kv_heads)
     check_choice("kind", kind, list(KINDS))
     return _error(n_heads, n_kv_heads, kind, seed)
+
+
+def weight_error(n_heads: int, n_kv_heads: int, kind: str = "correlated", *,
+                 seed: int = 0) -> float:
+    """What mean pooling does to the weights: ``||W' - W||_F / ||W||_F`` over ``[W_K  W_V]``.
+
+    ``W`` holds every head's own key and value blocks of :func:`draw_mha`'s layer, ``W'``
+    the block each head reads after :func:`attnlib.gqa.gqa_from_mha` pools it to
+    ``n_kv_heads`` (its group's mean). Averaged over the draw, the square of this is
+    ``1 - G/H`` for independent blocks and the own part's share times that for the
+    correlated ones (lesson 06 derives it).
+
+    Args:
+        n_heads: ``H``.
+        n_kv_heads: ``G``, a divisor of ``H``.
+        kind: one of :data:`KINDS`.
+        seed: seed of the layer.
+
+    Returns:
+        float: the relative error of the weights.
+
+    Example:
+        >>> weight_error(8, 8)
+        0.0
+    """
+    check_positive_int("n_heads", n_heads)
+    check_positive_int("n_kv_heads", n_kv_heads)
+    check_divisible("n_heads", n_heads, "n_kv_heads", n_kv_heads)
+    check_choice("kind", kind, list(KINDS))
+    mha = _mha(n_heads, kind, D_IN, D_HEAD, NOISE, seed)
+    with torch.no_grad():
+        pooled = gqa_from_mha(mha, n_kv_heads)
+        reads = kv_head_index(n_heads, n_kv_heads)  # g(h) for every query head
+        own = torch.cat([mha.W_K, mha.W_V], dim=1)
+        read = torch.cat([W.unflatten(1, (n_kv_heads, D_HEAD))[:, reads].flatten(1)
+                          for W in (pooled.W_K, pooled.W_V)], dim=1)
+        return float((read - own).norm() / own.norm())
+
+
+def seed_table(n_heads: int = 8, *, seeds: Sequence[int] = tuple(range(16))) -> pd.DataFrame:
+    """Mean pooling's errors averaged over the draws of the layers, for every ``G < H``.
+
+    Args:
+        n_heads: ``H``.
+        seeds: the seeds of :func:`draw_mha` to average over.
+
+    Returns:
+        pd.DataFrame indexed by ``G`` (largest first): the predicted weight error of each
+        layer (``sqrt(1 - G/H)``, and that times the own part's share ``NOISE / sqrt(1 +
+        NOISE^2)`` for the correlated one), the mean :func:`weight_error` and the mean
+        :func:`conversion_error` of the outputs, all to 4 decimals.
+    """
+    check_positive_int("n_heads", n_heads)
+    if not seeds:
+        raise ValueError("seeds must hold at least one seed; got none")
+    own = NOISE / math.sqrt(1 + NOISE**2)
+    rows = {}
+    for G in sorted((g for g in range(1, n_heads) if n_heads % g == 0), reverse=True):
+        row = {"s": n_heads // G}
+        for kind, share in (("independent", 1.0), ("correlated", own)):
+            row[f"predicted, {kind}"] = round(share * math.sqrt(1 - G / n_heads), 4)
+            row[f"weights, {kind}"] = round(
+                sum(weight_error(n_heads, G, kind, seed=k) for k in seeds) / len(seeds), 4)
+            row[f"outputs, {kind}"] = round(
+                sum(conversion_error(n_heads, G, kind, seed=k) for k in seeds) / len(seeds), 4)
+        rows[G] = row
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("G")
 
 
 # ---------------------------------------------------------------------------------------

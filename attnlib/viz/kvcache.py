@@ -2,11 +2,13 @@
 
 - :func:`decode_timings` runs greedy generation the way :meth:`attnlib.TinyDecoder.generate`
   does, with or without caches, and times every pass; :func:`timing_figure` draws the
-  time per new token against its position, with a fitted growth exponent per curve.
+  time per new token against its position, with the tokens per second of both runs.
 - :func:`macs_table` adds up :func:`attnlib.costs.generation_macs` over a generation.
 - :func:`preset_table` and :func:`memory_figure` size the cache of the published models of
-  :data:`attnlib.memory.PRESETS` against their weights; :func:`memory_figure` is the
-  lesson's explorer (:data:`MEMORY_SETTINGS` are its twin's steps).
+  :data:`attnlib.memory.PRESETS` against their weights, with sliding-window layers holding
+  only their window (:meth:`attnlib.memory.ModelSpec.windowed_cache_bytes`);
+  :func:`memory_figure` is the lesson's explorer (:data:`MEMORY_SETTINGS` are its twin's
+  steps).
 - :func:`reservation_table` compares what a batch of requests reserves when each cache is
   allocated for the longest context, in fixed-size pages, or exactly.
 
@@ -28,7 +30,7 @@ import plotly.graph_objects as go
 import torch
 
 from attnlib._checks import check_choice, check_positive_int
-from attnlib.costs import fit_exponent, generation_macs
+from attnlib.costs import generation_macs
 from attnlib.layers import TinyDecoder
 from attnlib.memory import PRESETS
 from attnlib.viz.style import COLORS, DASHES, rounded, style
@@ -133,40 +135,39 @@ def timing_figure(
     positions: Sequence[int],
     seconds_cached: Sequence[float],
     seconds_recomputed: Sequence[float],
-    *,
-    fit_from: int | None = None,
-    block: int = 8,
 ) -> go.Figure:
     """Time per new token against its position, with and without a cache (log-log axes).
 
-    Each curve's legend entry gives its growth exponent, the slope fitted by
-    :func:`attnlib.costs.fit_exponent` over the positions ``>= fit_from`` (the second half by
-    default).
-    The fit goes through the fastest pass of each run of ``block`` consecutive positions
-    (at that pass's position): a pass interrupted by another process on the machine is
-    slow for reasons that have nothing to do with its position, and the minimum skips it.
+    The title gives what a user waits for: the tokens per second of each run over the
+    whole generation (the number of passes over the sum of their times) and the speed-up
+    of the cache, the ratio of the two total times. No growth exponent is fitted: at a
+    small model's lengths each pass also pays a fixed cost (launching its operations,
+    Python), which no count of multiply-adds sees, so the slopes of these curves say
+    more about that overhead than about the ``n^2`` and ``n`` of the counts.
 
     Args:
         positions: position of each generated token (its index in the sequence).
         seconds_cached: seconds of each pass with caches.
         seconds_recomputed: seconds of each pass that recomputes the whole sequence.
-        fit_from: first position of the fit.
-        block: consecutive positions whose fastest pass enters the fit.
 
     Returns:
         go.Figure: two scatter traces in milliseconds.
     """
+    if not len(positions) == len(seconds_cached) == len(seconds_recomputed) > 0:
+        raise ValueError("positions, seconds_cached and seconds_recomputed must have the "
+                         f"same, nonzero length; got {len(positions)}, {len(seconds_cached)} "
+                         f"and {len(seconds_recomputed)}")
     pos = np.asarray(positions, dtype=np.float64)
-    start = pos[len(pos) // 2] if fit_from is None else fit_from
-    keep = pos >= start
     fig = go.Figure()
+    rates = {}
     looks = (("with the cache", seconds_cached, COLORS["main"], "circle"),
              ("recomputing everything", seconds_recomputed, COLORS["reference"], "diamond"))
     for name, secs, color, symbol in looks:
         ms = np.asarray(secs, dtype=np.float64) * 1e3
-        k = fit_exponent(*_block_minima(pos[keep], ms[keep], block))
+        rates[name] = len(ms) / (ms.sum() / 1e3)  # tokens per second over the generation
         fig.add_trace(go.Scatter(
-            x=rounded(pos), y=rounded(ms, 4), mode="markers", name=f"{name}: exponent {k:.2f}",
+            x=rounded(pos), y=rounded(ms, 4), mode="markers",
+            name=f"{name}: {rates[name]:,.0f} tokens/s",
             marker={"color": color, "symbol": symbol, "size": 5},
             hovertemplate="position %{x}<br>%{y:.3f} ms<extra>" + name + "</extra>",
         ))
@@ -177,24 +178,13 @@ def timing_figure(
     ticks = [0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500]
     fig.update_yaxes(title_text="time for the pass (ms, log)", type="log", tickmode="array",
                      tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])
-    style(fig, ("Time per new token against its position<br><sup>exponents fitted from "
-                f"position {int(start)} on; measured here, different on your machine</sup>"))
+    speedup = rates["with the cache"] / rates["recomputing everything"]
+    style(fig, (f"{len(pos)} new tokens: {rates['with the cache']:,.0f} tokens/s with the cache, "
+                f"{rates['recomputing everything']:,.0f} recomputing ({speedup:.1f}× faster)"
+                "<br><sup>measured here, different on your machine</sup>"))
     fig.update_layout(legend={"orientation": "h", "x": 0, "y": -0.2, "yanchor": "top"},
                       margin={"b": 110})
     return fig
-
-
-def _block_minima(x: np.ndarray, y: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
-    """The smallest ``y`` of each run of ``block`` points, with its own ``x``."""
-    n = len(x) // block * block
-    if n == 0:
-        raise ValueError(f"block must be at most the number of fitted points ({len(x)}); "
-                         f"got {block}")
-    xs = x[:n].reshape(-1, block)
-    ys = y[:n].reshape(-1, block)
-    best = ys.argmin(axis=1)
-    rows = np.arange(len(best))
-    return xs[rows, best], ys[rows, best]
 
 
 def macs_table(n_passes: Sequence[int], **shape: int | str) -> pd.DataFrame:
@@ -237,32 +227,56 @@ def macs_table(n_passes: Sequence[int], **shape: int | str) -> pd.DataFrame:
 def preset_table(n_tokens: int = 131_072, *, bytes_per_elem: int = 2) -> pd.DataFrame:
     """Cache and weights of every preset, one sequence of ``n_tokens`` tokens.
 
+    The cache is :meth:`attnlib.memory.ModelSpec.windowed_cache_bytes`: a sliding-window
+    layer holds at most its window.
+
     Args:
         n_tokens: tokens in the sequence.
         bytes_per_elem: ``n_b`` of the cache and of the weights.
 
     Returns:
         pd.DataFrame: per model, its attention kind, ``N_L``, ``H``, ``G``, ``d_head``, the
-        cache bytes per token, the cache and the weights in GB (1 decimal) and the tokens of
-        cache that weigh as much as the weights.
+        sliding window and the layers that use it, the cache bytes per token (every layer),
+        the cache and the weights in GB (1 decimal) and the tokens of cache that weigh as
+        much as the weights ("never" when the windows cap the cache below them).
     """
     check_positive_int("n_tokens", n_tokens)
     rows = {}
     for name, spec in PRESETS.items():
         per_token = spec.kv_bytes_per_token(bytes_per_elem)
         weights = spec.weight_bytes(bytes_per_elem)
+        cache = spec.windowed_cache_bytes(n_tokens, bytes_per_elem=bytes_per_elem)
         rows[name] = {
             "attention": spec.attention_kind.upper(),
             "N_L": spec.n_layers,
             "H": spec.n_heads,
             "G": spec.n_kv_heads if spec.d_latent is None else "-",
             "d_head": spec.d_head,
+            "window (layers)": (f"{spec.window:,} ({spec.n_window_layers})"
+                                if spec.window else "-"),
             "cache bytes per token": per_token,
-            f"cache GB at {n_tokens:,}": round(per_token * n_tokens / GB, 1),
+            f"cache GB at {n_tokens:,}": round(cache / GB, 1),
             "weights GB": round(weights / GB, 1),
-            "tokens = weights": weights // per_token,
+            "tokens = weights": _crossover_text(_crossover(spec, weights, bytes_per_elem, 1)),
         }
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("model")
+
+
+def _crossover(spec, weights: int, bytes_per_elem: int, batch: int) -> float:
+    """Tokens per sequence at which ``spec.windowed_cache_bytes(N, batch)`` equals ``weights``
+    (``math.inf`` when the windows keep the cache below the weights at every length)."""
+    per_token = spec.kv_bytes_per_token(bytes_per_elem) * batch  # every layer, the batch
+    if not spec.n_window_layers or weights <= per_token * spec.window:
+        return weights / per_token  # reached while every layer still holds every token
+    n_global = spec.n_layers - spec.n_window_layers
+    if n_global == 0:
+        return math.inf
+    per_layer = per_token / spec.n_layers
+    return (weights / per_layer - spec.n_window_layers * spec.window) / n_global
+
+
+def _crossover_text(tokens: float) -> int | str:
+    return "never" if math.isinf(tokens) else math.floor(tokens)
 
 
 def _memory(model: str, context: int, batch: int, dtype: str) -> dict[str, float]:
@@ -273,9 +287,9 @@ def _memory(model: str, context: int, batch: int, dtype: str) -> dict[str, float
     spec = PRESETS[model]
     per_token = spec.kv_bytes_per_token(DTYPES[dtype])
     weights = spec.weight_bytes(DTYPES[WEIGHT_DTYPE])
-    cache = per_token * context * batch
+    cache = spec.windowed_cache_bytes(context, batch=batch, bytes_per_elem=DTYPES[dtype])
     return {"per_token": per_token, "cache": cache, "weights": weights,
-            "crossover": weights / (per_token * batch)}
+            "crossover": _crossover(spec, weights, DTYPES[dtype], batch)}
 
 
 def memory_figure(
@@ -283,8 +297,9 @@ def memory_figure(
 ) -> go.Figure:
     """The KV cache of a batch against the model's weights, over the context length.
 
-    The cache curve is ``kv_bytes_per_token(n_b) · N · B`` for ``N`` in :data:`CONTEXTS`
-    (log axis); the horizontal line is the weights in :data:`WEIGHT_DTYPE`; the large marker
+    The cache curve is :meth:`attnlib.memory.ModelSpec.windowed_cache_bytes` for ``N`` in
+    :data:`CONTEXTS` (log axis), ``kv_bytes_per_token(n_b) · N · B`` for a model without
+    sliding windows; the horizontal line is the weights in :data:`WEIGHT_DTYPE`; the large marker
     is the chosen context. The title gives both sizes in GB (10^9 bytes), their ratio and
     the context per sequence at which the cache outweighs the weights.
 
@@ -299,7 +314,9 @@ def memory_figure(
     """
     m = _memory(model, context, batch, dtype)
     xs = list(CONTEXTS)
-    cache_gb = [m["per_token"] * n * batch / GB for n in xs]
+    spec = PRESETS[model]
+    cache_gb = [spec.windowed_cache_bytes(n, batch=batch, bytes_per_elem=DTYPES[dtype]) / GB
+                for n in xs]
     fig = go.Figure()
     fig.add_trace(go.Scatter(
         x=xs, y=rounded(cache_gb, 3), mode="lines+markers", name=f"KV cache ({dtype})",
@@ -326,11 +343,14 @@ def memory_figure(
                      tickvals=ticks, ticktext=[f"{t:,g}" for t in ticks])
     ratio = m["cache"] / m["weights"]
     cross = m["crossover"]
-    where = f"N = {math.floor(cross):,}" + (" (off the axis)" if cross > xs[-1] else "")
+    if math.isinf(cross):
+        where = "its sliding windows keep the cache below the weights at every N"
+    else:
+        where = (f"the cache reaches the weights at N = {math.floor(cross):,}"
+                 + (" (off the axis)" if cross > xs[-1] else "") + " tokens per sequence")
     style(fig, (f"{model}, batch {batch}, {dtype} cache: {m['cache'] / GB:.1f} GB of cache, "
                 f"{m['weights'] / GB:.1f} GB of weights ({ratio:.2f}×)<br><sup>"
-                f"{m['per_token']:,} bytes per token; the cache reaches the weights at "
-                f"{where} tokens per sequence</sup>"))
+                f"{m['per_token']:,} bytes per token; {where}</sup>"))
     fig.update_layout(legend={"x": 0.99, "y": 0.02, "xanchor": "right", "yanchor": "bottom",
                               "bgcolor": "rgba(255,255,255,0.8)"},
                       margin={"t": 90})
@@ -354,7 +374,7 @@ def memory_table(
             "cache GB": round(m["cache"] / GB, 1),
             "weights GB": round(m["weights"] / GB, 1),
             "cache / weights": round(m["cache"] / m["weights"], 2),
-            "N where equal": math.floor(m["crossover"]),
+            "N where equal": _crossover_text(m["crossover"]),
         }
     table = pd.DataFrame.from_dict(rows, orient="index")
     table.index = pd.MultiIndex.from_tuples(table.index, names=["model", "N", "B", "cache"])

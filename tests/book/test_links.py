@@ -114,7 +114,8 @@ def test_links_to_lessons_point_at_the_right_lesson(path: Path) -> None:
                 continue
             found = _LESSON_TARGET.match(target)
             if not found or not target.startswith(prefix) or found["file"] not in SLUGS.values():
-                wrong.append(f"{where}: {m.group(0)} names no lesson (expected {prefix}NN_slug.ipynb)")
+                wrong.append(f"{where}: {m.group(0)} names no lesson "
+                             f"(expected {prefix}NN_slug.ipynb)")
                 continue
             numbers = re.findall(r"\b\d\d\b", m.group("text"))
             if numbers and numbers != [found["file"][:2]]:
