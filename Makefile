@@ -119,8 +119,9 @@ test: $(VENV_STAMP) $(NPM_STAMP)
 	$(MAKE) pdf
 	BOOK_SITE_REQUIRED=1 $(BIN)/python -m pytest tests/book/site/test_site_pdf.py
 	@echo "== the site in a browser (weight, layout shift, axe-core, figures, navigation, search)"
-	BOOK_SITE_REQUIRED=1 $(BIN)/python -m pytest tests/book/site/test_site_browser.py \
-	  tests/book/site/test_site_figures.py tests/book/site/test_site_reader.py
+	BOOK_SITE_REQUIRED=1 $(BIN)/python -m pytest -n 3 --dist loadfile \
+	  tests/book/site/test_site_browser.py tests/book/site/test_site_figures.py \
+	  tests/book/site/test_site_reader.py
 	@echo "== actionlint"
 	$(BIN)/actionlint
 	@echo "make test: every check passed"

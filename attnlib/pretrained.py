@@ -47,7 +47,11 @@ __all__ = [
 ]
 
 WEIGHTS = Path(__file__).parent / "weights"
-"""The folder that holds the shipped weights (``NAME.pt``) and cards (``NAME.json``)."""
+"""The folder that holds the shipped weights (``NAME.pt``) and cards (``NAME.json``):
+``attnlib/weights`` inside the installed package.
+
+:meta hide-value:
+"""
 
 _VARIANT_KEYS = ("n_kv_heads", "d_latent")
 

@@ -236,9 +236,10 @@ def test_cost_figure_annotates_the_fitted_slope():
     fig = vl.cost_figure(n, seconds, counts)
     slope = np.polyfit(np.log(n), np.log(seconds), 1)[0]
     local = [math.log(seconds[k + 1] / seconds[k]) / math.log(2) for k in range(3)]  # N doubles
-    assert fig.layout.annotations[0].text == (
-        f"fitted slope = {slope:.2f}<br>local slopes: {local[0]:.2f} (128 to 256), "
-        f"{local[1]:.2f} (256 to 512), {local[2]:.2f} (512 to 1024)")
+    assert fig.layout.annotations[0].text == f"fitted slope = {slope:.2f}"
+    assert list(fig.data[0].customdata) == [
+        "first size", f"local slope {local[0]:.2f} from N = 128",
+        f"local slope {local[1]:.2f} from N = 256", f"local slope {local[2]:.2f} from N = 512"]
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
     measured, fitted, reference = fig.data
     assert list(measured.y) == pytest.approx([1e3 * s for s in seconds])
@@ -254,11 +255,13 @@ def test_recall_weights_figure_labels_the_prompt_and_marks_the_answer():
     ids = [3, 20, 5, 17, 3]  # k3 v4 k5 v1 k3: the query k3 should read position 1
     weights = {"trained": [0.01, 0.96, 0.01, 0.01, 0.01], "random": [0.2] * 5}
     fig = vl.recall_weights_figure(ids, weights, answer=1)
-    assert [t.name for t in fig.data] == ["trained", "random"]
+    assert [t.name for t in fig.data] == ["trained", "random",
+                                          "the value stored under the queried key"]
     assert list(fig.data[0].x) == ["0: k3", "1: v4", "2: k5", "3: v1", "4: k3"]
     assert list(fig.data[0].y) == weights["trained"]
-    (note,) = fig.layout.annotations
-    assert note.x == "1: v4" and note.y == 0.96
+    marker = fig.data[2]  # just above the tallest bar, at the answer
+    assert list(marker.x) == ["1: v4"] and marker.y[0] == round(1.07 * 0.96, 4)
+    assert not fig.layout.annotations
     with pytest.raises(ValueError, match="answer must be a position"):
         vl.recall_weights_figure(ids, weights, answer=5)
     with pytest.raises(ValueError, match="one weight per token"):

@@ -166,8 +166,8 @@ def layer_heads_figure(
         maps: one tensor ``(H, N, N)`` per layer, the weights on one sequence (for
             example ``P[0]`` of each entry of :func:`attnlib.probes.attention_maps`), all
             with the same ``H`` and ``N``.
-        labels: optional ``labels[l][h]``, a short line under panel ``(l, h)``'s title
-            (a measured score, say).
+        labels: optional ``labels[l][h]``, short lines under panel ``(l, h)``'s title,
+            one per ``", "``-separated part (measured scores, say).
         title: the figure's title.
 
     Returns:
@@ -189,11 +189,13 @@ def layer_heads_figure(
     if labels is not None and (len(labels) != n_layers
                                or any(len(row) != n_heads for row in labels)):
         raise ValueError(f"labels must be {n_layers} rows of {n_heads} strings, one per panel")
-    titles = [f"layer {layer}, head {h}" + ("" if labels is None else
-                                            f"<br><sup>{labels[layer][h]}</sup>")
+    def under(label: str) -> str:  # each ", "-separated part of a label on a line of its own
+        return "".join(f"<br><sup>{part}</sup>" for part in label.split(", "))
+
+    titles = [f"layer {layer}, head {h}" + ("" if labels is None else under(labels[layer][h]))
               for layer in range(n_layers) for h in range(n_heads)]
     fig = make_subplots(rows=n_layers, cols=n_heads, subplot_titles=titles,
-                        horizontal_spacing=0.04, vertical_spacing=0.14)
+                        horizontal_spacing=0.04, vertical_spacing=0.2)
     for layer, P in enumerate(maps):
         for h in range(n_heads):
             fig.add_trace(go.Heatmap(
@@ -207,12 +209,14 @@ def layer_heads_figure(
     for col in range(2, n_heads + 1):
         fig.update_yaxes(showticklabels=False, col=col)
     fig.update_yaxes(title_text="query", col=1)
+    for row in range(1, n_layers):  # key ticks under the last row only: the titles need the room
+        fig.update_xaxes(showticklabels=False, row=row)
     fig.update_xaxes(title_text="key", row=n_layers)
     fig.update_layout(coloraxis={"colorscale": "Cividis", "cmin": 0, "cmax": 1,
                                  "colorbar": {"title": {"text": "weight", "side": "right"},
                                               "len": 0.8}})
-    style(fig, title, height=140 + 260 * n_layers)
-    fig.update_layout(margin={"t": 120, "b": 50})
+    style(fig, title, height=160 + 260 * n_layers)
+    fig.update_layout(margin={"t": 140, "b": 50})
     return fig
 
 

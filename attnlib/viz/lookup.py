@@ -376,8 +376,8 @@ def cost_figure(
 
     Returns:
         go.Figure: measured times (ms), the fitted power law and the scaled count; the
-        annotation gives the fitted slope and the local slopes
-        ``log(t_{k+1} / t_k) / log(N_{k+1} / N_k)`` between neighbouring sizes.
+        annotation gives the fitted slope, and each measured point's hover text the local
+        slope ``log(t_{k+1} / t_k) / log(N_{k+1} / N_k)`` from its left neighbour.
     """
     n, seconds, counts = list(n), list(seconds), list(counts)
     if not len(n) == len(seconds) == len(counts) or len(n) < 2:
@@ -389,21 +389,21 @@ def cost_figure(
         math.log(x) for x in n) / len(n)
     fitted = [math.exp(log_mean) * x**slope for x in n]
     reference = [c * ms[-1] / counts[-1] for c in counts]
+    local = [math.log(seconds[k + 1] / seconds[k]) / math.log(n[k + 1] / n[k])
+             for k in range(len(n) - 1)]
+    since = ["first size"] + [f"local slope {s:.2f} from N = {n[k]}" for k, s in enumerate(local)]
     fig = go.Figure([
         go.Scatter(x=n, y=rounded(ms, 4), mode="markers", name="measured (median)",
                    marker={"color": COLORS["main"], "size": 10, "symbol": "circle"},
-                   hovertemplate="N = %{x}<br>%{y:.3g} ms<extra></extra>"),
+                   customdata=since,  # hovering a point gives the slope from its left neighbour
+                   hovertemplate="N = %{x}<br>%{y:.3g} ms<br>%{customdata}<extra></extra>"),
         go.Scatter(x=n, y=rounded(fitted, 4), mode="lines", name=f"fit: slope {slope:.2f}",
                    line={"color": COLORS["main"], "dash": DASHES["marker"]}),
         go.Scatter(x=n, y=rounded(reference, 4), mode="lines",
                    name="multiply-adds N²(d_QK + d_V), scaled",
                    line={"color": COLORS["reference"], "dash": DASHES["reference"]}),
     ])
-    local = [math.log(seconds[k + 1] / seconds[k]) / math.log(n[k + 1] / n[k])
-             for k in range(len(n) - 1)]
-    between = ", ".join(f"{s:.2f} ({n[k]} to {n[k + 1]})" for k, s in enumerate(local))
-    fig.add_annotation(text=f"fitted slope = {slope:.2f}<br>local slopes: {between}",
-                       xref="paper", yref="paper",
+    fig.add_annotation(text=f"fitted slope = {slope:.2f}", xref="paper", yref="paper",
                        x=0.02, y=0.98, xanchor="left", yanchor="top", showarrow=False,
                        bgcolor="rgba(255,255,255,0.85)")
     fig.update_xaxes(type="log", title_text="N = N_Q = N_KV (tokens)", tickvals=n,
@@ -451,9 +451,11 @@ def recall_weights_figure(
         fig.add_trace(go.Bar(x=labels, y=rounded(row, 4), name=name, marker={"color": color},
                              hovertemplate=f"{name}<br>%{{x}}<br>weight %{{y:.3f}}<extra></extra>"))
     top = max(max(float(w) for w in row) for row in weights.values())
-    fig.add_annotation(x=labels[answer], y=round(top, 4), text="the value stored under<br>"
-                       "the queried key", showarrow=True, arrowhead=2, ax=-70, ay=-30,
-                       yanchor="bottom")
+    fig.add_trace(go.Scatter(  # a marker above the answer, named in the legend below the plot
+        x=[labels[answer]], y=[round(1.07 * top, 4)], mode="markers",
+        name="the value stored under the queried key",
+        marker={"symbol": "triangle-down", "size": 12, "color": COLORS["marker"]},
+        hovertemplate="%{x}: the answer<extra></extra>"))
     fig.update_xaxes(title_text="position: token", tickangle=-60)
     fig.update_yaxes(title_text="weight of the query", range=[0, round(1.15 * top, 4)])
     style(fig, "One query's weights, trained and at initialisation", height=HEIGHT + 60)

@@ -72,6 +72,14 @@ def test_build_log_has_no_warnings(html_dir: Path) -> None:
     assert "build succeeded" in text, "the log does not end with a successful build"
 
 
+def test_no_page_shows_the_checkout_path(html_dir: Path, book_root: Path) -> None:
+    """Nothing built names the folder the book was built in (a path differs per machine)."""
+    root = str(book_root.resolve())
+    found = [page.relative_to(html_dir).as_posix() for page in _pages(html_dir)
+             if root in page.read_text(encoding="utf-8")]
+    assert not found, f"pages that show the build machine's path {root}: {found}"
+
+
 def test_every_toc_page_is_built(html_dir: Path, toc_files: list[str]) -> None:
     missing = [name for name in toc_files if not (html_dir / f"{name}.html").is_file()]
     assert not missing, missing
