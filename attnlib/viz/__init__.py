@@ -10,7 +10,8 @@ per chapter.
   :mod:`attnlib.viz.masks` (lesson 04), :mod:`attnlib.viz.kvcache` (lesson 05),
   :mod:`attnlib.viz.gqa` (lesson 06), :mod:`attnlib.viz.mla` (lesson 07),
   :mod:`attnlib.viz.rope` (lesson 08), :mod:`attnlib.viz.frontier` (lesson 09),
-  :mod:`attnlib.viz.randomised` (lesson 10).
+  :mod:`attnlib.viz.randomised` (lesson 10); :mod:`attnlib.viz.trained`, the trained-model
+  dial that lessons 06 and 07 share.
 
 Example:
     >>> import attnlib
@@ -32,6 +33,7 @@ from attnlib.viz import (
     rope,
     softmax,
     tokens,
+    trained,
 )
 from attnlib.viz.explore import explorer, twin
 from attnlib.viz.style import (
@@ -72,4 +74,6 @@ __all__ = [
     "rope",
     "softmax",
     "tokens",
+    # shared by two chapters
+    "trained",
 ]

@@ -38,6 +38,7 @@ from attnlib.gqa import MultiHeadAttention, gqa_from_mha
 from attnlib.heads import kv_head_index
 from attnlib.memory import ModelSpec
 from attnlib.viz.style import COLORS, HEIGHT, OKABE_ITO, rounded, style
+from attnlib.viz.trained import dial_figure, dial_table
 
 __all__ = [
     "D_HEAD",
@@ -57,6 +58,10 @@ __all__ = [
     "groups_figure",
     "savings_table",
     "seed_table",
+    "TRAINED_KV_HEADS",
+    "TRAINED_MODEL",
+    "trained_figure",
+    "trained_table",
     "weight_error",
 ]
 
@@ -85,6 +90,12 @@ EXPLORER_SETTINGS: tuple[tuple[int, int], ...] = tuple(
     (h, g) for h in HEAD_COUNTS for g in KV_HEAD_COUNTS if g <= h and h % g == 0
 )
 """Every valid ``(H, G)`` of the explorer, in the order of the twin's slider."""
+
+TRAINED_MODEL = "book"
+"""The shipped model that :func:`trained_table` converts (RoPE, ``G = H = 4`` in 4 layers)."""
+
+TRAINED_KV_HEADS: tuple[int, ...] = (4, 2, 1)
+"""The ``G`` of :func:`trained_table` and of the trained explorer, largest first."""
 
 _KIND_LOOKS = {"correlated": {"color": COLORS["main"]},
                "independent": {"color": COLORS["reference"]}}
@@ -363,9 +374,46 @@ def explorer_table(settings: Sequence[tuple[int, int]] = EXPLORER_SETTINGS, *,
     return table
 
 
+def trained_table(*, n_windows: int = 16) -> pd.DataFrame:
+    """The trained book model mean-pooled to each ``G`` of :data:`TRAINED_KV_HEADS`.
+
+    :func:`attnlib.viz.trained.dial_table` of :data:`TRAINED_MODEL`: per ``G``, the cache
+    bytes per token (float32, 4 layers), the held-out loss right after
+    :func:`attnlib.pretrained.to_gqa`, and after the 100 steps of uptraining that ship with
+    the model (NaN at ``G = H``, where pooling changes nothing).
+
+    Args:
+        n_windows: held-out windows of 128 characters (16: 2,048 characters).
+
+    Returns:
+        pd.DataFrame indexed by ``G``; ``attrs`` holds the source's loss and cache.
+    """
+    check_positive_int("n_windows", n_windows)
+    return dial_table(TRAINED_MODEL, "n_kv_heads", TRAINED_KV_HEADS, n_windows=n_windows)
+
+
 # ---------------------------------------------------------------------------------------
 # figures
 # ---------------------------------------------------------------------------------------
+
+
+def trained_figure(n_kv_heads: int = 2) -> go.Figure:
+    """The trained explorer: ``G`` against held-out loss and cache bytes, ``G`` marked.
+
+    :func:`attnlib.viz.trained.dial_figure` of :func:`trained_table`.
+
+    Args:
+        n_kv_heads: ``G``, one of :data:`TRAINED_KV_HEADS`.
+
+    Returns:
+        go.Figure: the loss curves and the cache bars.
+    """
+    table = trained_table()
+    return dial_figure(table, check_choice("n_kv_heads", n_kv_heads, list(TRAINED_KV_HEADS)),
+                       setting="G", source_loss=table.attrs["source loss"],
+                       uniform_loss=table.attrs["uniform loss"],
+                       source_cache=table.attrs["source cache"], model=f"'{TRAINED_MODEL}'",
+                       conversion="mean pooling")
 
 
 def group_map_figure(n_heads: int = 8, kv_heads: Sequence[int] = (8, 4, 2, 1)) -> go.Figure:

@@ -32,6 +32,7 @@ from attnlib.gqa import GroupedQueryAttention
 from attnlib.memory import DEEPSEEK_V2, ModelSpec
 from attnlib.mla import MultiHeadLatentAttention, mla_from_mha
 from attnlib.viz.style import COLORS, DASHES, HEIGHT, OKABE_ITO, rounded, style
+from attnlib.viz.trained import dial_figure, dial_table
 
 __all__ = [
     "CONTEXTS",
@@ -45,6 +46,10 @@ __all__ = [
     "decode_cost_table",
     "latent_width_figure",
     "names_table",
+    "TRAINED_LATENTS",
+    "TRAINED_MODEL",
+    "trained_figure",
+    "trained_table",
 ]
 
 NAMES: tuple[tuple[str, str, str, str], ...] = (
@@ -86,6 +91,13 @@ CONVERSION: dict[str, int] = {"d_in": 32, "n_heads": 8, "n_kv_heads": 2, "d_head
 
 SEED = 12
 """Seed of the explorer's layer and input (see the module docstring)."""
+
+TRAINED_MODEL = "book-nope"
+"""The shipped model that :func:`trained_table` converts (no positions, 4 layers of 4 heads
+of width 16, so ``2 G d_head = 128``)."""
+
+TRAINED_LATENTS: tuple[int, ...] = (8, 16, 32, 64, 96, 128)
+"""The ``d_L`` of :func:`trained_table` and of the trained explorer; 128 is exact."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -363,3 +375,41 @@ def latent_width_figure(d_latent: int = 8, *, seed: int = SEED) -> go.Figure:
     fig.update_layout(legend={"orientation": "h", "x": 0, "y": -0.2, "yanchor": "top"},
                       margin={"t": 135, "b": 120})
     return fig
+
+
+def trained_table(*, n_windows: int = 8) -> pd.DataFrame:
+    """The trained ``book-nope`` model converted to MLA at each ``d_L`` of :data:`TRAINED_LATENTS`.
+
+    :func:`attnlib.viz.trained.dial_table` of :data:`TRAINED_MODEL`: per ``d_L``, the cache
+    bytes per token (float32, 4 layers), the held-out loss right after
+    :func:`attnlib.pretrained.to_mla`, and after the 100 steps of fine-tuning that ship with
+    the model at ``d_L = 16, 32, 64`` (NaN elsewhere).
+
+    Args:
+        n_windows: held-out windows of 128 characters (8: 1,024 characters).
+
+    Returns:
+        pd.DataFrame indexed by ``d_L``; ``attrs`` holds the source's loss and cache.
+    """
+    check_positive_int("n_windows", n_windows)
+    return dial_table(TRAINED_MODEL, "d_latent", TRAINED_LATENTS, n_windows=n_windows)
+
+
+def trained_figure(d_latent: int = 32) -> go.Figure:
+    """The trained explorer: ``d_L`` against held-out loss and cache bytes, ``d_L`` marked.
+
+    :func:`attnlib.viz.trained.dial_figure` of :func:`trained_table`.
+
+    Args:
+        d_latent: ``d_L``, one of :data:`TRAINED_LATENTS`.
+
+    Returns:
+        go.Figure: the loss curves and the cache bars.
+    """
+    if d_latent not in TRAINED_LATENTS:
+        raise ValueError(f"d_latent must be one of {list(TRAINED_LATENTS)}; got {d_latent!r}")
+    table = trained_table()
+    return dial_figure(table, d_latent, setting="d_L", source_loss=table.attrs["source loss"],
+                       uniform_loss=table.attrs["uniform loss"],
+                       source_cache=table.attrs["source cache"], model=f"'{TRAINED_MODEL}'",
+                       conversion="the SVD of [W_K | W_V]")
