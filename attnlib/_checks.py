@@ -191,6 +191,25 @@ def check_mask(mask: object, target: Sequence[int], device: torch.device, min_di
         )
 
 
+def check_padding_mask(name: str, mask: object) -> torch.Tensor:
+    """``mask`` marks real tokens, True/1 (a pad: False/0): bools, or integers 0 and 1.
+
+    Returns it as a bool tensor. Hugging Face's ``attention_mask`` follows the same rule.
+    """
+    rule = "bools or the integers 0 and 1 (True/1 = a real token, False/0 = a pad)"
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of {rule}; got {type(mask).__name__}")
+    if mask.is_floating_point() or mask.is_complex():
+        raise TypeError(f"{name} must hold {rule}; got dtype {mask.dtype}")
+    if mask.dim() < 1:
+        raise ValueError(f"{name} must have shape (..., N), one entry per token; got a scalar")
+    if mask.dtype != torch.bool:
+        bad = (mask != 0) & (mask != 1)
+        if bad.any():
+            raise ValueError(f"{name} must hold {rule}; got the value {mask[bad][0].item()}")
+    return mask.bool()
+
+
 def check_kernel_output(A: object, S: torch.Tensor) -> None:
     """A kernel ``f`` must map the logits to non-negative values of the same shape."""
     if not isinstance(A, torch.Tensor) or A.shape != S.shape:

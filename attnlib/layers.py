@@ -39,6 +39,8 @@ from attnlib._checks import (
     check_divisible,
     check_last_dim,
     check_nonnegative_int,
+    check_padding_mask,
+    check_positions,
     check_positive_int,
     check_tensor,
 )
@@ -46,6 +48,7 @@ from attnlib._params import init_weight
 from attnlib.cache import KVCache, LatentCache
 from attnlib.device import seeded
 from attnlib.gqa import GroupedQueryAttention
+from attnlib.masks import position_ids
 from attnlib.norms import LayerNorm, RMSNorm
 from attnlib.variants import ATTENTION
 
@@ -496,6 +499,11 @@ class TinyDecoder(nn.Module):
     has no positional encoding at all: the causal mask is then its only source of order
     (a "NoPE" model). This is allowed, since it is what chapter 08 contrasts against.
 
+    A batch of prompts of different lengths, padded on the left, runs with an
+    ``attention_mask`` (Hugging Face's convention: True/1 = a real token): every layer hides
+    the pads from every query, cached tokens included, and RoPE counts the real tokens only
+    (:func:`attnlib.masks.position_ids`), so each row computes what its prompt computes alone.
+
     Args:
         vocab_size: number of token ids.
         d_model: width of the residual stream.
@@ -524,7 +532,8 @@ class TinyDecoder(nn.Module):
         >>> model.generate(torch.tensor([[1, 2, 3]]), 5).shape
         torch.Size([1, 8])
 
-    Lesson: 04_masks_and_layers (the decoder stack), 05_kv_cache (generation).
+    Lesson: 04_masks_and_layers (the decoder stack), 05_kv_cache (generation, batched
+    generation with left padding).
     """
 
     def __init__(
@@ -590,7 +599,12 @@ class TinyDecoder(nn.Module):
         return [block.attn.new_cache(max_tokens) for block in self.blocks]
 
     def forward(
-        self, ids: torch.Tensor, *, caches: Sequence[KVCache | LatentCache] | None = None
+        self,
+        ids: torch.Tensor,
+        *,
+        caches: Sequence[KVCache | LatentCache] | None = None,
+        attention_mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Next-token logits for every position: ``logits = Norm(Blocks(E[ids])) W_out``.
 
@@ -598,37 +612,67 @@ class TinyDecoder(nn.Module):
             ids: ``(..., N)`` integer token ids in ``[0, vocab_size)``.
             caches: one cache per layer (see :meth:`new_caches`); the new tokens continue
                 the sequence the caches hold, and the caches grow by ``N``.
+            attention_mask: ``(B, N_KV)`` or ``(N_KV,)``, bools or 0/1, True/1 = a real
+                token and False/0 = a pad: one column per token the caches hold, then one
+                per token of ``ids`` (``N_KV = N`` without caches). Each query then sees
+                the real keys at or before it (causal AND the key is real), and the
+                positions count real tokens only (``cumsum - 1``, pads at 0: see
+                :func:`attnlib.masks.position_ids`). The logits at a pad mean nothing.
+                Without caches every row needs a real token (with caches, a piece of a
+                padded prompt may hold only pads). ``None``: every token is real. Give it
+                on every call that continues a padded batch: the caches keep the pads'
+                keys and values, and only the mask keeps later queries from reading them.
+            positions: the RoPE positions of the new tokens, ``(N,)`` or ``(B, N)``;
+                ``None`` means the ones ``attention_mask`` gives, or without it
+                ``0 .. N - 1`` continuing from the caches.
 
         Returns:
             ``(..., N, vocab_size)`` logits; row ``i`` scores the token after ``ids[..., i]``.
 
         Equivalent to one causal call over the whole sequence when the tokens are fed
-        through the same ``caches`` in pieces.
+        through the same ``caches`` in pieces; with ``attention_mask``, row ``b``'s logits
+        at its real tokens are those of its real tokens run alone, unpadded.
         """
-        self._check(ids, caches)
-        return self._forward(ids, caches)
+        self._check(ids, caches, attention_mask=attention_mask, positions=positions)
+        real = None if attention_mask is None else attention_mask.bool()
+        return self._forward(ids, caches, real, positions)
 
     def _forward(
-        self, ids: torch.Tensor, caches: Sequence[KVCache | LatentCache] | None = None
+        self,
+        ids: torch.Tensor,
+        caches: Sequence[KVCache | LatentCache] | None = None,
+        real: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """:meth:`forward` without its input check (what :meth:`generate` runs per step)."""
+        """:meth:`forward` without its input check (what :meth:`generate` runs per step);
+        ``real`` is the attention mask as bools."""
         x = self.E[ids]  # (..., N, d_model)
         if self.norm == "peri":
             x = self.emb_norm._forward(x)
+        n, start = ids.shape[-1], 0 if caches is None else caches[0].n_tokens
+        mask = None
+        if real is not None:  # padding: hide the pads' keys, count the real tokens only
+            mask = real[..., None, :]  # (B, 1, N_KV): the key is real; each block adds causal
+            if positions is None:
+                positions = position_ids.unchecked(real)[..., -n:]  # (B, N): the new tokens
         # Every block's attention rotates by the same angles: one set of tables for all.
-        start = 0 if caches is None else caches[0].n_tokens
         tables = getattr(self.blocks[0].attn, "_rope_tables", None)
-        rope = None if tables is None else tables(None, ids.shape[-1], start, x.dtype, x.device)
+        rope = None if tables is None else tables(positions, n, start, x.dtype, x.device)
         for i, block in enumerate(self.blocks):
-            x = block._forward(x, causal=True, cache=None if caches is None else caches[i],
-                               rope=rope)
+            x = block._forward(x, causal=True, mask=mask, positions=positions,
+                               cache=None if caches is None else caches[i], rope=rope)
         if self.norm != "post":
             x = self.final_norm._forward(x)  # (..., N, d_model)
         return x @ self.output_weights()  # (..., N, vocab_size)
 
     @torch.no_grad()
     def generate(
-        self, ids: torch.Tensor, max_new_tokens: int, *, use_cache: bool = True
+        self,
+        ids: torch.Tensor,
+        max_new_tokens: int,
+        *,
+        use_cache: bool = True,
+        attention_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Greedy decoding: append ``argmax`` of the last logits, ``max_new_tokens`` times.
 
@@ -643,22 +687,35 @@ class TinyDecoder(nn.Module):
             ids: ``(..., N)`` prompt token ids (``N >= 1``).
             max_new_tokens: how many tokens to append (>= 0).
             use_cache: decode with KV (or latent) caches.
+            attention_mask: ``(B, N)`` or ``(N,)`` for a batch of prompts padded on the
+                left: bools or 0/1, True/1 = a real token (see :meth:`forward`). Every row
+                must end in a real token; each generated token extends the mask by one
+                real column. Row ``b`` then generates what its real tokens generate alone.
 
         Returns:
-            ``(..., N + max_new_tokens)`` the prompt followed by the generated ids.
+            ``(..., N + max_new_tokens)`` the prompt (with its pads) followed by the
+            generated ids.
         """
-        self._check(ids, None, max_new_tokens=max_new_tokens, use_cache=use_cache)
+        self._check(ids, None, attention_mask=attention_mask, max_new_tokens=max_new_tokens,
+                    use_cache=use_cache)
         caches = self.new_caches(ids.shape[-1] + max_new_tokens) if use_cache else None
+        real = None if attention_mask is None else attention_mask.bool()
         out, step = ids, ids
         for _ in range(max_new_tokens):
-            logits = self._forward(step, caches)  # (..., N_step, vocab_size)
+            logits = self._forward(step, caches, real)  # (..., N_step, vocab_size)
             next_id = logits[..., -1, :].argmax(dim=-1, keepdim=True)  # (..., 1)
             out = torch.cat((out, next_id), dim=-1)
+            if real is not None:  # the new token is real
+                real = torch.cat((real, torch.ones_like(next_id, dtype=torch.bool)), dim=-1)
             step = next_id if use_cache else out  # with a cache, feed only the new token
         return out
 
-    def _check(self, ids: object, caches: object, **generate_args: object) -> None:
-        """Token ids in ``[0, vocab_size)`` on the model's device; caches; generate's options."""
+    def _check(
+        self, ids: object, caches: object, *, attention_mask: object = None,
+        positions: object = None, **generate_args: object,
+    ) -> None:
+        """Token ids in ``[0, vocab_size)`` on the model's device; caches; the attention
+        mask and positions; generate's options."""
         if "max_new_tokens" in generate_args:
             check_nonnegative_int("max_new_tokens", generate_args["max_new_tokens"])
             check_bool("use_cache", generate_args["use_cache"])
@@ -679,6 +736,51 @@ class TinyDecoder(nn.Module):
             )
         if caches is not None:
             self._check_caches(caches, ids)
+        if positions is not None:
+            check_positions(positions, ids.shape[-1], ids.device)
+        if attention_mask is not None:
+            n_cached = 0 if caches is None else caches[0].n_tokens
+            whole = caches is None  # a whole sequence, not a piece fed through caches
+            generating = "max_new_tokens" in generate_args
+            self._check_attention_mask(attention_mask, ids, n_cached, whole, generating)
+
+    @staticmethod
+    def _check_attention_mask(
+        attention_mask: object, ids: torch.Tensor, n_cached: int, whole: bool, generating: bool
+    ) -> None:
+        """One column per token held or new, on ids' device; a real token in every row of a
+        whole sequence (a piece fed through caches may hold only pads: a padded prompt cut
+        into pieces); for generate, a real token last in every row (left padding)."""
+        real = check_padding_mask("attention_mask", attention_mask)
+        if ids.dim() > 2:
+            raise ValueError(
+                f"attention_mask needs ids of shape (N,) or (B, N); got ids of shape "
+                f"{tuple(ids.shape)}"
+            )
+        n = ids.shape[-1]
+        want = (*ids.shape[:-1], n_cached + n)
+        if tuple(real.shape) != want:
+            raise ValueError(
+                f"attention_mask must have shape {want}: ids' batch, then one column per token, "
+                f"the {n_cached} the caches hold and the {n} of ids; got {tuple(real.shape)}"
+            )
+        if real.device != ids.device:
+            raise ValueError(f"attention_mask must live on ids' device {ids.device}; "
+                             f"got {real.device}")
+        rows = real.reshape(-1, real.shape[-1])  # (B, N_KV)
+        if whole and not rows.any(dim=-1).all():
+            row = int((~rows.any(dim=-1)).nonzero()[0])
+            raise ValueError(
+                f"attention_mask must mark at least one real token (True or 1) in every row; "
+                f"row {row} has none"
+            )
+        if generating and not rows[:, -1].all():
+            row = int((~rows[:, -1]).nonzero()[0])
+            raise ValueError(
+                "attention_mask must end in a real token in every row for generate (left "
+                "padding: the pads come first, so that the next token follows the last real "
+                f"one); row {row} ends in a pad: {rows[row].int().tolist()}"
+            )
 
     def _check_caches(self, caches: object, ids: torch.Tensor) -> None:
         if not isinstance(caches, (list, tuple)) or len(caches) != self.n_layers:

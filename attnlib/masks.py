@@ -14,9 +14,15 @@ from __future__ import annotations
 
 import torch
 
-from attnlib._checks import check_positive_int, check_tensor
+from attnlib._checks import check_padding_mask, check_positive_int, check_tensor
 
-__all__ = ["causal_mask", "key_padding_mask", "query_positions", "sliding_window_mask"]
+__all__ = [
+    "causal_mask",
+    "key_padding_mask",
+    "position_ids",
+    "query_positions",
+    "sliding_window_mask",
+]
 
 
 def _sizes(n_q: object, n_kv: object) -> tuple[int, int]:
@@ -185,3 +191,36 @@ def _lengths(lengths: object, n_kv: int) -> torch.Tensor:
     if (lengths < 0).any() or (lengths > n_kv).any():
         raise ValueError(f"lengths must lie in [0, n_kv={n_kv}]; got {lengths.tolist()}")
     return lengths
+
+
+def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions that count real tokens only: ``cumsum(attention_mask) - 1``, pads at 0.
+
+    A batch of prompts padded on the left, ``attention_mask = [0, 0, 1, 1, 1]`` for a row
+    with two pads, gives that row the positions ``[0, 0, 0, 1, 2]``: its real tokens sit at
+    ``0, 1, 2, ...`` as if the prompt ran alone. A pad's position is 0; it is never used
+    when a mask hides the pads from every query. Hugging Face's ``generate`` computes the
+    same from its ``attention_mask``.
+
+    Args:
+        attention_mask: ``(..., N)`` bools or 0/1 integers; True/1 = a real token.
+
+    Returns:
+        ``(..., N)`` long tensor.
+
+    Example:
+        >>> position_ids(torch.tensor([[1, 1, 1, 1], [0, 0, 1, 1]]))
+        tensor([[0, 1, 2, 3],
+                [0, 0, 0, 1]])
+
+    Lesson: 04_masks_and_layers, 05_kv_cache (batched generation).
+    """
+    return _position_ids(check_padding_mask("attention_mask", attention_mask))
+
+
+def _position_ids(real: torch.Tensor) -> torch.Tensor:
+    counted = real.long().cumsum(dim=-1) - 1  # real tokens before and at each position, minus 1
+    return counted.masked_fill(~real, 0)  # (..., N); pads at 0
+
+
+position_ids.unchecked = _position_ids

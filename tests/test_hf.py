@@ -255,18 +255,19 @@ def test_deepseek_v3_attention_cached(device, q_lora_rank, absorbed):
 # ---------------------------------------------------------------------------------------
 
 
-@torch.no_grad()
-def test_tiny_decoder_matches_llama_for_causal_lm(device):
-    """Same weights, same logits: pre-norm RMSNorm blocks, SwiGLU, RoPE, tied embeddings."""
-    V, D, H, G, d_ff = 64, 32, 4, 2, 48
-    model = TinyDecoder(V, D, 2, H, n_kv_heads=G, d_ff=d_ff, rope_base=ROPE_THETA, seed=0,
-                        device=device)
+def _llama_holding(model: TinyDecoder) -> LlamaForCausalLM:
+    """A ``LlamaForCausalLM`` of ``model``'s shape holding its weights (the norms' gains drawn
+    in [0.5, 1.5] first, so that gains of 1 hide nothing); eager attention."""
+    block0 = model.blocks[0]
     config = LlamaConfig(
-        vocab_size=V, hidden_size=D, num_hidden_layers=2, num_attention_heads=H,
-        num_key_value_heads=G, intermediate_size=d_ff, hidden_act="silu", rms_norm_eps=1e-6,
-        rope_theta=ROPE_THETA, tie_word_embeddings=True, attn_implementation="eager",
+        vocab_size=model.vocab_size, hidden_size=model.d_model,
+        num_hidden_layers=model.n_layers, num_attention_heads=block0.attn.n_heads,
+        num_key_value_heads=block0.attn.n_kv_heads, intermediate_size=block0.ffn.d_ff,
+        hidden_act="silu", rms_norm_eps=1e-6, rope_theta=block0.attn.rope_base,
+        tie_word_embeddings=True, attn_implementation="eager",
+        bos_token_id=None, eos_token_id=None, pad_token_id=0,  # generate never stops early
     )
-    hf = LlamaForCausalLM(config).to(device).eval()
+    hf = LlamaForCausalLM(config).to(model.E.device).eval()
     with torch.no_grad():
         hf.model.embed_tokens.weight.copy_(model.E)  # lm_head shares this tensor
         hf.model.norm.weight.uniform_(0.5, 1.5)
@@ -283,6 +284,35 @@ def test_tiny_decoder_matches_llama_for_causal_lm(device):
                               (block.ffn.W_down, mlp.down_proj)):
                 linear.weight.copy_(W.T)
     assert hf.lm_head.weight is hf.model.embed_tokens.weight
-    ids = torch.randint(0, V, (BATCH, N_TOKENS), device=device)
+    return hf
+
+
+@torch.no_grad()
+def test_tiny_decoder_matches_llama_for_causal_lm(device):
+    """Same weights, same logits: pre-norm RMSNorm blocks, SwiGLU, RoPE, tied embeddings."""
+    model = TinyDecoder(64, 32, 2, 4, n_kv_heads=2, d_ff=48, rope_base=ROPE_THETA, seed=0,
+                        device=device)
+    hf = _llama_holding(model)
+    ids = torch.randint(0, 64, (BATCH, N_TOKENS), device=device)
     # Hugging Face builds its own causal mask from the (absent) attention_mask.
     assert_close(model(ids), hf(input_ids=ids).logits, **TOL)
+
+
+@torch.no_grad()
+def test_left_padded_batch_matches_llama_for_causal_lm(device):
+    """A left-padded batch with Hugging Face's attention_mask: the same logits at the real
+    tokens, and the same tokens from greedy generate (Hugging Face's own loop and cache)."""
+    model = TinyDecoder(64, 32, 2, 4, n_kv_heads=2, d_ff=48, rope_base=ROPE_THETA, seed=1,
+                        device=device)
+    hf = _llama_holding(model)
+    lengths = torch.tensor([9, 5, 2], device=device)
+    ids = torch.randint(1, 64, (3, 9), device=device)
+    mask = (torch.arange(9, device=device) >= 9 - lengths[:, None]).long()  # left padding
+    ids = ids * mask  # pads are id 0
+    real = mask.bool()
+    assert_close(model(ids, attention_mask=mask)[real],
+                 hf(input_ids=ids, attention_mask=mask).logits[real], **TOL)
+    ours = model.generate(ids, 12, attention_mask=mask)
+    theirs = hf.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False)
+    assert torch.equal(ours, theirs)
+    assert not torch.equal(model.generate(ids, 12), theirs)  # without the mask: other tokens

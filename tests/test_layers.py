@@ -16,7 +16,7 @@ from attnlib_testing import randomise, tolerances
 
 from attnlib.cache import KVCache, LatentCache
 from attnlib.layers import FeedForward, TinyDecoder, TransformerBlock
-from attnlib.masks import key_padding_mask
+from attnlib.masks import key_padding_mask, position_ids
 from attnlib.norms import LayerNorm, RMSNorm, layer_norm
 
 F64 = torch.float64
@@ -282,6 +282,202 @@ def test_generate_takes_a_single_unbatched_prompt_and_zero_steps():
     assert torch.equal(model.generate(torch.tensor([[1, 2]]), 0), torch.tensor([[1, 2]]))
 
 
+# --- a batch of prompts padded on the left: attention_mask ------------------------------
+#
+# The reference is each prompt run alone, unpadded, with no mask: what a row of the padded
+# batch must reproduce at its real tokens. Pad id 0 also occurs as a real token (row 1).
+
+PROMPTS = [[5, 17, 3, 8, 9, 10, 11], [60, 0, 9], [42]]  # 7, 3 and 1 real tokens
+PADDED = [
+    ("gqa", {"n_kv_heads": 2}),  # GQA with RoPE
+    ("gqa", {"n_kv_heads": 1, "norm": "peri"}),  # MQA
+    ("gqa", {"rope_base": None}),  # no positions at all (NoPE)
+    ("mla", {}),  # decoupled RoPE, d_rope = 4
+    ("mla", {"d_latent_q": 10, "norm": "post", "norm_kind": "layer"}),
+    ("mla", {"d_rope": 0}),  # MLA without positions
+]
+PADDED_IDS = [f"{a}-{'-'.join(f'{k}={v}' for k, v in kw.items()) or 'default'}" for a, kw in PADDED]
+
+
+def _left_padded(prompts: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``ids`` with pads (id 0) in front of the shorter prompts, and its 0/1 mask."""
+    n = max(len(p) for p in prompts)
+    ids = torch.tensor([[0] * (n - len(p)) + p for p in prompts], device=device)
+    mask = torch.tensor([[0] * (n - len(p)) + [1] * len(p) for p in prompts], device=device)
+    return ids, mask
+
+
+def _then_real(mask: torch.Tensor, n_new: int) -> torch.Tensor:
+    """The mask followed by ``n_new`` real columns (the generated tokens)."""
+    return torch.cat((mask, torch.ones_like(mask[:, :1]).expand(-1, n_new)), dim=1)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize("attention,kw", PADDED, ids=PADDED_IDS)
+def test_left_padded_batch_generates_each_prompt_alone(device, attention, kw, use_cache):
+    model = _decoder(attention, device, seed=0, **kw)
+    ids, mask = _left_padded(PROMPTS, device)
+    n, n_new = ids.shape[1], 12
+    out = model.generate(ids, n_new, attention_mask=mask, use_cache=use_cache)
+    assert torch.equal(out[:, :n], ids)
+    logits = model(out, attention_mask=_then_real(mask, n_new))
+    for b, prompt in enumerate(PROMPTS):
+        alone = model.generate(torch.tensor([prompt], device=device), n_new)
+        assert torch.equal(out[b, n - len(prompt):], alone[0]), b
+        torch.testing.assert_close(logits[b, n - len(prompt):], model(alone)[0], rtol=0,
+                                   atol=1e-12)
+
+
+@pytest.mark.parametrize("attention,kw", PADDED, ids=PADDED_IDS)
+def test_left_padded_forward_needs_the_mask(device, attention, kw):
+    model = _decoder(attention, device, seed=1, **kw)
+    ids, mask = _left_padded(PROMPTS, device)
+    alone = model(torch.tensor([PROMPTS[1]], device=device))[0]  # (3, N_T)
+    masked = model(ids, attention_mask=mask)[1, -3:]
+    unmasked = model(ids)[1, -3:]  # the pads are read as tokens
+    torch.testing.assert_close(masked, alone, rtol=0, atol=1e-12)
+    assert (unmasked - alone).abs().max() > 1e-3
+    # an all-real mask is no mask
+    torch.testing.assert_close(model(ids, attention_mask=torch.ones_like(mask)), model(ids),
+                               **tolerances(F64))
+
+
+def test_left_padded_batch_in_float32_and_a_wide_group(device, gen):
+    """float32 to 1e-5; 32 query heads on one KV head (the decoding path in blocks of rows)."""
+    for model in (TinyDecoder(61, 32, 2, 4, n_kv_heads=2, seed=0, device=device),
+                  TinyDecoder(61, 64, 2, 32, n_kv_heads=1, seed=0, device=device)):
+        ids, mask = _left_padded(PROMPTS, device)
+        n, n_new = ids.shape[1], 8
+        out = model.generate(ids, n_new, attention_mask=mask)
+        logits = model(out, attention_mask=_then_real(mask, n_new))
+        for b, prompt in enumerate(PROMPTS):
+            alone = model.generate(torch.tensor([prompt], device=device), n_new)
+            assert torch.equal(out[b, n - len(prompt):], alone[0]), b
+            torch.testing.assert_close(logits[b, n - len(prompt):], model(alone)[0],
+                                       rtol=1e-5, atol=1e-5)
+
+
+def test_left_padded_batch_on_the_trained_book_model():
+    """Logits of size ~10: float32 to a relative 1e-5; the same characters as each prompt alone."""
+    from attnlib import pretrained, tasks
+
+    book, chars = pretrained.load("book"), tasks.book_tokenizer()
+    prompts = [chars.encode("The cache holds the keys and values"), chars.encode("A query")]
+    ids, mask = _left_padded(prompts, book.E.device)
+    n, n_new = ids.shape[1], 24
+    out = book.generate(ids, n_new, attention_mask=mask)
+    with torch.no_grad():
+        logits = book(out, attention_mask=_then_real(mask, n_new))
+        for b, prompt in enumerate(prompts):
+            alone = book.generate(torch.tensor([prompt]), n_new)
+            assert torch.equal(out[b, n - len(prompt):], alone[0]), b
+            torch.testing.assert_close(logits[b, n - len(prompt):], book(alone)[0], rtol=1e-5,
+                                       atol=1e-5)
+        assert not torch.equal(book.generate(ids, n_new)[1, n - 7:], alone[0])  # unmasked
+
+
+@pytest.mark.parametrize("attention,kw", PADDED, ids=PADDED_IDS)
+def test_padded_prompt_in_pieces_through_caches_equals_one_call(device, attention, kw):
+    model = _decoder(attention, device, seed=2, **kw)
+    ids, mask = _left_padded(PROMPTS, device)
+    full = model(ids, attention_mask=mask)
+    caches = model.new_caches()
+    # the first piece holds only pads in rows 1 and 2: allowed when it goes into caches
+    pieces = [model(ids[:, a:b], caches=caches, attention_mask=mask[:, :b])
+              for a, b in [(0, 2), (2, 5), (5, 6), (6, 7)]]
+    real = mask.bool()
+    torch.testing.assert_close(torch.cat(pieces, dim=1)[real], full[real], **tolerances(F64))
+    assert [c.n_tokens for c in caches] == [7, 7]  # a slot for every column, pads included
+
+
+ROTATED = [0, 1, 3, 4]  # the configurations of PADDED with RoPE
+
+
+@pytest.mark.parametrize("attention,kw", [PADDED[i] for i in ROTATED],
+                         ids=[PADDED_IDS[i] for i in ROTATED])
+def test_the_cache_holds_each_prompts_keys_rotated_as_if_alone(device, attention, kw):
+    """Cached keys carry their absolute positions (the logits see only differences): the real
+    tokens' keys equal the prompt's own only if the positions skip the pads."""
+    model = _decoder(attention, device, seed=6, **kw)
+    ids, mask = _left_padded(PROMPTS, device)
+    n, rotated = ids.shape[1], "K" if attention == "gqa" else "k_R"
+    padded, counted = model.new_caches(), model.new_caches()
+    with torch.no_grad():
+        model(ids, caches=padded, attention_mask=mask)
+        model(ids, caches=counted, attention_mask=mask, positions=torch.arange(n, device=device))
+        for b, prompt in enumerate(PROMPTS[1:], start=1):
+            alone = model.new_caches()
+            model(torch.tensor([prompt], device=device), caches=alone)
+            for mine, pads_counted, ref in zip(padded, counted, alone, strict=True):
+                keys = getattr(mine, rotated)[b, ..., n - len(prompt):, :]
+                torch.testing.assert_close(keys, getattr(ref, rotated)[0], rtol=0, atol=1e-12)
+                shifted = getattr(pads_counted, rotated)[b, ..., n - len(prompt):, :]
+                assert (shifted - getattr(ref, rotated)[0]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("attention,kw", PADDED, ids=PADDED_IDS)
+def test_the_pads_slots_in_the_cache_are_written_and_never_read(device, gen, attention, kw):
+    model = _decoder(attention, device, seed=3, **kw)
+    ids, mask = _left_padded(PROMPTS, device)
+    n = ids.shape[1]
+    names = {"gqa": ("K", "V"), "mla": ("L", "k_R") if kw.get("d_rope", 4) else ("L",)}[attention]
+
+    def next_logits(corrupt: tuple[int, slice] | None) -> torch.Tensor:
+        caches = model.new_caches(max_tokens=n + 1)
+        with torch.no_grad():
+            first = model(ids, caches=caches, attention_mask=mask)[:, -1].argmax(-1, keepdim=True)
+            if corrupt is not None:  # overwrite those slots in every layer with garbage
+                for cache in caches:
+                    for name in names:
+                        T = getattr(cache, name)
+                        slots = T[corrupt[0], ..., corrupt[1], :]
+                        noise = torch.randn(slots.shape, generator=gen, dtype=T.dtype)
+                        T[corrupt[0], ..., corrupt[1], :] = 1e3 * noise.to(device)
+            return model(first, caches=caches, attention_mask=_then_real(mask, 1))[:, -1]
+
+    clean = next_logits(None)
+    # rows 1 and 2 hold 4 and 6 pads: their keys and values sit in slots 0..3 and 0..5
+    torch.testing.assert_close(next_logits((1, slice(0, 4))), clean, rtol=0, atol=1e-12)
+    torch.testing.assert_close(next_logits((2, slice(0, 6))), clean, rtol=0, atol=1e-12)
+    assert (next_logits((1, slice(4, 5)))[1] - clean[1]).abs().max() > 1e-3  # a real slot is read
+
+
+def test_right_padding_works_for_forward_and_generate_refuses_it(device):
+    model = _decoder("gqa", device, seed=4)
+    ids = torch.tensor([[60, 0, 9, 0, 0], [5, 17, 3, 8, 9]], device=device)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], device=device)
+    alone = model(ids[:1, :3])[0]
+    torch.testing.assert_close(model(ids, attention_mask=mask)[0, :3], alone, rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match=r"attention_mask must end in a real token .* row 0 "
+                                         r"ends in a pad: \[1, 1, 1, 0, 0\]"):
+        model.generate(ids, 3, attention_mask=mask)
+
+
+def test_positions_given_override_the_ones_the_mask_gives(device):
+    model = _decoder("gqa", device, seed=5)
+    ids, mask = _left_padded(PROMPTS, device)
+    derived = model(ids, attention_mask=mask)
+    torch.testing.assert_close(model(ids, attention_mask=mask, positions=position_ids(mask)),
+                               derived, rtol=0, atol=0)
+    # positions that count the pads shift each row by a constant: RoPE sees only differences
+    counted = model(ids, attention_mask=mask, positions=torch.arange(7, device=device))
+    real = mask.bool()
+    torch.testing.assert_close(counted[real], derived[real], **tolerances(F64))
+    # a count that is not kept (row 1 moved by 2 after its first real token) changes the logits
+    kept_badly = position_ids(mask).clone()
+    kept_badly[1, 5:] += 2
+    assert (model(ids, attention_mask=mask, positions=kept_badly)[1, 5:]
+            - derived[1, 5:]).abs().max() > 1e-3
+
+
+def test_generate_with_a_mask_checks_once_not_per_step():
+    model = TinyDecoder(30, 16, 2, 4, n_kv_heads=2, seed=0)
+    ids, mask = _left_padded([[1, 2, 3], [4]], "cpu")
+    counts = [_check_calls(lambda n=n: model.generate(ids, n, attention_mask=mask))
+              for n in (1, 8)]
+    assert counts[0] == counts[1], counts
+
+
 # --- bad input -------------------------------------------------------------------------
 
 
@@ -331,6 +527,44 @@ def _bad_cases():
 def test_bad_input_names_the_argument(argument, call, error):
     with pytest.raises(error, match=argument):
         call()
+
+
+def _mask_cases():
+    ok = torch.tensor([[1, 2]])
+    model = TinyDecoder(10, 8, 1, 2, seed=0)
+    caches = model.new_caches()
+    with torch.no_grad():
+        model(torch.tensor([[3, 4, 5]]), caches=caches)  # 3 tokens held
+    mask = torch.tensor
+    return [  # (call, error, fragments: the argument, the rule, the value given)
+        (lambda: model(ok, attention_mask=[[1, 1]]), TypeError,
+         ["attention_mask", "True/1 = a real token", "list"]),
+        (lambda: model(ok, attention_mask=torch.ones(1, 2)), TypeError,
+         ["attention_mask", "the integers 0 and 1", "torch.float32"]),
+        (lambda: model(ok, attention_mask=mask([[1, 2]])), ValueError,
+         ["attention_mask", "the integers 0 and 1", "the value 2"]),
+        (lambda: model(ok, attention_mask=mask([[1, 1, 1]])), ValueError,
+         ["attention_mask", "shape (1, 2)", "(1, 3)"]),
+        (lambda: model(ok, caches=caches, attention_mask=mask([[1, 1]])), ValueError,
+         ["attention_mask", "shape (1, 5)", "the 3 the caches hold and the 2 of ids", "(1, 2)"]),
+        (lambda: model(ok[None], attention_mask=mask([[[1, 1]]])), ValueError,
+         ["attention_mask", "ids of shape (N,) or (B, N)", "(1, 1, 2)"]),
+        (lambda: model(torch.tensor([[1, 2], [3, 4]]), attention_mask=mask([[1, 1], [0, 0]])),
+         ValueError, ["attention_mask", "at least one real token", "row 1 has none"]),
+        (lambda: model.generate(ok, 2, attention_mask=mask([[1, 0]])), ValueError,
+         ["attention_mask", "end in a real token", "left padding", "row 0 ends in a pad: [1, 0]"]),
+        (lambda: model(ok, positions=torch.arange(3)), ValueError,
+         ["positions", "(N,) or (B, N) with N = 2", "(3,)"]),
+    ]
+
+
+@pytest.mark.parametrize("call,error,fragments", _mask_cases(),
+                         ids=[f"mask-{i}" for i in range(len(_mask_cases()))])
+def test_a_bad_attention_mask_names_the_argument_the_rule_and_the_value(call, error, fragments):
+    with pytest.raises(error) as info:
+        call()
+    for fragment in fragments:
+        assert fragment in str(info.value), f"{fragment!r} missing from: {info.value}"
 
 
 # --- what trained weights depend on: the names in state_dict ---------------------------

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlib import attention, causal_mask, key_padding_mask, sliding_window_mask
+from attnlib.masks import position_ids
 
 
 @pytest.mark.parametrize("n_q,n_kv", [(1, 1), (4, 4), (2, 6), (6, 2), (5, 9)])
@@ -70,3 +71,30 @@ def test_combined_causal_and_padding(gen):
     both = attention(Q, Q, V, mask=pad, causal=True, impl="explicit")
     explicit = attention(Q, Q, V, mask=pad & causal_mask(5), impl="explicit")
     torch.testing.assert_close(both, explicit)
+
+
+def test_position_ids_count_real_tokens_only(device):
+    mask = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1], [0, 0, 0, 0, 1], [1, 1, 0, 1, 0]],
+                        device=device)
+    ref = []
+    for row in mask.tolist():  # an explicit loop: the count of real tokens so far, minus 1
+        seen, out = 0, []
+        for real in row:
+            seen += real
+            out.append(seen - 1 if real else 0)
+        ref.append(out)
+    assert ref[1] == [0, 0, 0, 1, 2]  # lesson 04's left-padded row
+    for m in (mask, mask.bool()):
+        assert torch.equal(position_ids(m).cpu(), torch.tensor(ref))
+    assert position_ids(mask).dtype == torch.long
+
+
+@pytest.mark.parametrize(
+    "mask,error,words",
+    [([1, 1], TypeError, "torch.Tensor"), (torch.tensor([0.0, 1.0]), TypeError, "float32"),
+     (torch.tensor([1, 2]), ValueError, "got the value 2"),
+     (torch.tensor(1), ValueError, "scalar")],
+)
+def test_position_ids_refuse_a_mask_that_is_not_bools_or_0_and_1(mask, error, words):
+    with pytest.raises(error, match=f"attention_mask must .*{words}"):
+        position_ids(mask)
