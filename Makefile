@@ -39,7 +39,7 @@ help:
 	@echo "make serve      build, then serve it at http://127.0.0.1:$(PORT)"
 	@echo "make lab        JupyterLab on the lessons"
 	@echo "make execute    run lessons top to bottom and save their outputs (NB=path for one)"
-	@echo "make models     re-train every model attnlib ships (attnlib/weights; one to two hours)"
+	@echo "make models     re-train every model attnlib ships (attnlib/weights; about 25 minutes)"
 	@echo "make test       ruff, pytest, nbval, book build, standalone lessons, PDF, browser, actionlint"
 	@echo "make test-lib   the fast part: ruff, pytest (no site checks), doctests"
 	@echo "make clean      remove $(BUILD) and caches (distclean: also .venv and node_modules)"
@@ -121,7 +121,7 @@ test: $(VENV_STAMP) $(NPM_STAMP)
 	@echo "== the site in a browser (weight, layout shift, axe-core, figures, navigation, search)"
 	BOOK_SITE_REQUIRED=1 $(BIN)/python -m pytest -n 3 --dist loadfile \
 	  tests/book/site/test_site_browser.py tests/book/site/test_site_figures.py \
-	  tests/book/site/test_site_reader.py
+	  tests/book/site/test_site_sources.py tests/book/site/test_site_reader.py
 	@echo "== actionlint"
 	$(BIN)/actionlint
 	@echo "make test: every check passed"

@@ -204,7 +204,7 @@ def similarity(
     causal: bool = False,
     scale: float | None = None,
 ) -> torch.Tensor:
-    """The unnormalised kernel matrix ``A[i, j] = f(scale * <Q_i, K_j>) * 1[j in S_i]``.
+    """The unnormalised kernel matrix ``A[i, j] = f(scale * <Q_i, K_j>) * 1[j in M_i]``.
 
     This is ``A`` of the book, literally. For the exponential kernel it overflows once a
     logit exceeds about 88 in float32; :func:`attention_weights` avoids that by factoring
@@ -233,7 +233,7 @@ def similarity(
     A = _kernel(kernel)(S)  # A = f(S)
     check_kernel_output(A, S)
     allowed = _allowed(mask, causal, Q, K)
-    return A if allowed is None else A.masked_fill(~allowed, 0.0)  # 1[j in S_i] f(s_ij)
+    return A if allowed is None else A.masked_fill(~allowed, 0.0)  # 1[j in M_i] f(s_ij)
 
 
 def row_normalise(A: torch.Tensor) -> torch.Tensor:
@@ -291,7 +291,7 @@ def _kernel_matrix(kernel: Kernel, S: torch.Tensor, allowed: torch.Tensor | None
         return torch.exp(S - torch.where(torch.isfinite(m), m, 0.0))
     A = _kernel(kernel)(S)
     check_kernel_output(A, S)  # a user's callable: its output is checked, never trusted
-    return A if allowed is None else A.masked_fill(~allowed, 0.0)  # 1[j in S_i] f(s_ij)
+    return A if allowed is None else A.masked_fill(~allowed, 0.0)  # 1[j in M_i] f(s_ij)
 
 
 def _sdpa(

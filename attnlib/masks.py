@@ -6,8 +6,9 @@ keys, the queries are taken to be the **last** ``N_Q`` positions of the sequence
 exactly the situation of decoding with a cache, where a few new queries meet every key
 held so far, and it makes ``causal_mask(N, N)`` the usual lower-triangular matrix.
 
-In the kernel view of chapter 04 a mask is the indicator ``1_{j in S_i}`` multiplied into
-``A`` after the kernel; masked entries are exact zeros, so they drop out of ``Z`` too.
+In the kernel view of chapter 04 a mask is the indicator ``1[j in M_i]`` multiplied into
+``A`` after the kernel, where ``M_i`` (the book's calligraphic M) is the set of keys query
+``i`` may see; masked entries are exact zeros, so they drop out of ``Z`` too.
 """
 
 from __future__ import annotations

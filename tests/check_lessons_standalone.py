@@ -199,6 +199,10 @@ def _clean_env(python: Path, home: Path) -> dict[str, str]:
         HOME=str(home),
         PATH=f"{python.parent}{os.pathsep}/usr/bin{os.pathsep}/bin",
         PYTHONNOUSERSITE="1",
+        # One lesson per CPU runs at once (check_environment), so one thread each: more
+        # would only compete for the same cores.
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
         # The kernel spec written below is the only one Jupyter finds first.
         JUPYTER_PATH=str(home / "jupyter"),
         IPYTHONDIR=str(home / "ipython"),

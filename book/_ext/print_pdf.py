@@ -236,6 +236,22 @@ def chapter_pages(pdf_path: Path, names: list[str], titles: dict[str, str]) -> d
     return pages
 
 
+def shifted_pages(pages: dict[str, int], names: list[str], loose: list[str]) -> dict[str, int]:
+    """Where the chapters start once each of ``loose`` starts one page earlier, on the empty
+    page before it: every chapter moves up by the number of loose chapters up to itself.
+
+    Example:
+        >>> shifted_pages({"a": 1, "b": 5, "c": 9}, ["a", "b", "c"], ["b"])
+        {'a': 1, 'b': 4, 'c': 8}
+    """
+    moved, shifted = 0, {}
+    for name in names:
+        if name in pages:
+            moved += name in loose
+            shifted[name] = pages[name] - moved
+    return shifted
+
+
 def empty_pages(pdf_path: Path) -> set[int]:
     """The pages (1-based) that hold nothing but their page number."""
     pdf = pypdfium2.PdfDocument(pdf_path)
@@ -316,15 +332,27 @@ def print_book(site: Path, out: Path, book_root: Path = REPO_ROOT) -> dict[str, 
             _print(page, out)
             # A chapter's forced page break can leave an empty page before it (where the
             # previous chapter's last box spills over); that chapter then starts on the
-            # empty page instead, and the book is printed again.
+            # empty page instead, which moves it and every later chapter one page earlier.
+            # The book is printed again with those numbers in its table of contents, and a
+            # third time only if a chapter did not land where the numbers say.
             pages = chapter_pages(out, names, titles)
-            loose = [name for name, first in pages.items() if first - 1 in empty_pages(out)]
+            empty = empty_pages(out)
+            loose = [name for name, first in pages.items() if first - 1 in empty]
             if loose:
                 page.evaluate(NO_BREAK_BEFORE, loose)
+                pages = shifted_pages(pages, names, loose)
+            for _ in range(2):
+                page.evaluate(SET_TOC_PAGES, {name: str(n) for name, n in pages.items()})
                 _print(page, out)
-                pages = chapter_pages(out, names, titles)
-            page.evaluate(SET_TOC_PAGES, {name: str(number) for name, number in pages.items()})
-            _print(page, out)
+                landed = chapter_pages(out, names, titles)
+                if landed == pages:
+                    break
+                print(f"the chapters start on {landed}, not {pages}: printing again",
+                      file=sys.stderr)
+                pages = landed
+            else:
+                raise RuntimeError(f"the table of contents says {pages}; the chapters start "
+                                   f"on {chapter_pages(out, names, titles)}")
             headings = page.evaluate(HEADINGS)
         finally:
             browser.close()

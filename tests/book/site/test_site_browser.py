@@ -1,23 +1,29 @@
 """The built site in a real browser: Debian's chromium driven by Playwright.
 
-Every page loads without console errors and without a request to any host but the site's
-own; math is typeset (at build time: no page loads a math script); plotly figures are drawn,
-each with a text alternative; no page shows a widget that cannot respond (a live explorer
-needs a kernel, so the site shows its code and the plotly twin instead); lesson pages carry
-Colab launch links; a page opened from file:// works too. test_site_figures.py checks the
-figures and their controls, test_site_reader.py the navigation, colour modes and search.
+This file visits the pages of the table of contents (and index.html, which leads to its
+root); test_site_sources.py visits the rest of the site (the package's highlighted sources,
+the index, the search page) with the same checks, in a process of its own.
+test_site_figures.py checks the figures and their controls, test_site_reader.py the
+navigation, colour modes and search.
 
-Each page is also weighed and checked once, in a fresh browser profile: a lesson's first
-visit transfers at most 3 MB, the home page's at most 1.5 MB, any other page's at most 3 MB
-(the bodies of every response, uncompressed, as the browser receives them); opening a second
-lesson after the first adds at most 1 MB of new files; plotly.js loads only where a figure
-is; nothing moves as the page settles (cumulative layout shift below 0.1, at desktop width
-on every page and at a phone's on every page of the table of contents); axe-core finds no
-violation of impact "serious" or "critical"; and at a phone's width (390 px) the page does
-not scroll sideways. What each page weighed, its layout shift and what axe-core reported land
-in _build/logs/site-browser.json. Screenshots of the first lesson, at desktop and phone
-widths, land in _build/screenshots/ (and the desktop one in book/images/ for the README when
-that file is missing or UPDATE_SCREENSHOT=1).
+Each page is visited once, in a fresh browser profile, and checked on that visit: it loads
+without console errors and without a request to any host but the site's own; math is
+typeset (at build time: no page loads a math script); plotly figures are drawn, each with a
+text alternative; no page shows a widget that cannot respond (a live explorer needs a
+kernel, so the site shows its code and the plotly twin instead); lesson pages carry Colab
+launch links. A lesson's first visit transfers at most 3 MB, the home page's at most
+1.5 MB, any other page's at most 3 MB (the bodies of every response, uncompressed, as the
+browser receives them); opening a second lesson after the first adds at most 1 MB of new
+files; plotly.js loads only where a figure is; nothing moves as the page settles
+(cumulative layout shift below 0.1, at desktop width on every page and at a phone's on every
+page of the table of contents); axe-core finds no violation of impact "serious" or
+"critical" (on every page but the highlighted source pages of _modules/attnlib/, which share
+one template and one set of colours: axe-core audits the largest of them); and at a phone's
+width (390 px) the page does not scroll sideways. A page opened from file:// works too.
+What each page weighed, its layout shift and what axe-core reported land in
+_build/logs/site-browser.json (and site-sources.json). Screenshots of the first lesson, at
+desktop and phone widths, land in _build/screenshots/ (and the desktop one in book/images/
+for the README when that file is missing or UPDATE_SCREENSHOT=1).
 """
 
 from __future__ import annotations
@@ -121,7 +127,15 @@ class Visit:
     shown: str = ""  # the page on screen at the end (index.html redirects to the intro)
     problems: list[str] = field(default_factory=list)
     bytes_by_url: dict[str, int] = field(default_factory=dict)
+    audited: bool = False  # axe-core ran on it
     violations: list[dict] = field(default_factory=list)
+    formulas: int = 0  # typeset formulas (mjx-container)
+    untypeset: int = 0  # formulas left as TeX
+    math_errors: int = 0  # formulas MathJax failed on
+    plot_blocks: int = 0  # plotly JSON blocks in the page
+    plots_drawn: int = 0  # figures plotly.js drew
+    unlabelled_figures: list[str] = field(default_factory=list)  # see TEXT_ALTERNATIVES
+    colab_links: list[str] = field(default_factory=list)
     phone_width: int = 0
     layout_shift: float = 0.0
     phone_layout_shift: float | None = None
@@ -155,7 +169,17 @@ def _load(page: Page, site_url: str, html_dir: Path, relative: str):
     return response
 
 
-def _visit(browser: Browser, site_url: str, html_dir: Path, relative: str, axe_js: Path) -> Visit:
+def _audited(html_dir: Path, pages: list[str]) -> set[str]:
+    """The pages axe-core audits: every page but the source pages of the package, of which
+    the largest stands for the rest (one template, the same highlighting classes)."""
+    sources = [p for p in pages if p.startswith("_modules/attnlib/")]
+    largest = max(sources, key=lambda p: (html_dir / p).stat().st_size, default=None)
+    return {p for p in pages if p not in sources or p == largest}
+
+
+def _visit(
+    browser: Browser, site_url: str, html_dir: Path, relative: str, axe_js: Path | None
+) -> Visit:
     context = browser.new_context(viewport=DESKTOP)
     try:
         context.add_init_script(LAYOUT_SHIFT)
@@ -171,17 +195,29 @@ def _visit(browser: Browser, site_url: str, html_dir: Path, relative: str, axe_j
             f"request to another host: {url}" for url in recorder.foreign_requests(site_url)
         ]
         visit.problems += [f"a widget that cannot respond: {w}" for w in _dead_widgets(page)]
+        # What the page shows once it has settled: its math and its figures.
+        visit.formulas = page.locator("mjx-container").count()
+        visit.untypeset = page.locator(".math:not(:has(mjx-container))").count()
+        visit.math_errors = page.locator("mjx-merror").count()
+        visit.plot_blocks = page.locator('script[type="application/vnd.plotly.v1+json"]').count()
+        visit.plots_drawn = page.locator(".js-plotly-plot").count()
+        visit.unlabelled_figures = page.evaluate(TEXT_ALTERNATIVES)
+        visit.colab_links = page.locator(f'a[href^="{COLAB_PREFIX}"]').evaluate_all(
+            "els => els.map(e => e.getAttribute('href'))"
+        )
         # axe-core goes in after the weighing, so it counts towards no page.
-        page.add_script_tag(path=str(axe_js))
-        visit.violations = [
-            {
-                "id": v["id"],
-                "impact": v["impact"],
-                "help": v["help"],
-                "targets": [" ".join(map(str, node["target"])) for node in v["nodes"]],
-            }
-            for v in page.evaluate(AXE_RUN)["violations"]
-        ]
+        if axe_js is not None:
+            page.add_script_tag(path=str(axe_js))
+            visit.audited = True
+            visit.violations = [
+                {
+                    "id": v["id"],
+                    "impact": v["impact"],
+                    "help": v["help"],
+                    "targets": [" ".join(map(str, node["target"])) for node in v["nodes"]],
+                }
+                for v in page.evaluate(AXE_RUN)["violations"]
+            ]
         page.set_viewport_size(PHONE)
         page.wait_for_timeout(100)  # let the page lay itself out at the new width
         visit.phone_width = page.evaluate("document.documentElement.scrollWidth")
@@ -203,24 +239,26 @@ def _phone_layout_shift(browser: Browser, site_url: str, html_dir: Path, relativ
         context.close()
 
 
-@pytest.fixture(scope="module")
-def visits(
-    browser: Browser, site_url: str, html_dir: Path, book_root: Path, toc_files: list[str]
+def visit_pages(
+    browser: Browser, site_url: str, html_dir: Path, book_root: Path, pages: list[str],
+    *, phone_pages: set[str], report: str,
 ) -> list[Visit]:
-    """Every page of the site, visited once; the record goes to _build/logs/."""
+    """Visit ``pages`` once each (and ``phone_pages`` again at a phone's width); the record
+    goes to _build/logs/``report``."""
     axe_js = book_root / "node_modules" / "axe-core" / "axe.min.js"
     if not axe_js.is_file():
         pytest.fail(f"{axe_js} is missing: run `npm ci` (the Makefile's targets do)")
-    pages = html_pages(html_dir)
-    assert len(pages) >= 3, f"suspiciously few pages in {html_dir}: {pages}"
-    result = [_visit(browser, site_url, html_dir, relative, axe_js) for relative in pages]
-    in_toc = {f"{name}.html" for name in toc_files}
+    audited = _audited(html_dir, pages)
+    result = [
+        _visit(browser, site_url, html_dir, relative, axe_js if relative in audited else None)
+        for relative in pages
+    ]
     for visit in result:
-        if visit.page in in_toc:
+        if visit.page in phone_pages:
             visit.phone_layout_shift = _phone_layout_shift(browser, site_url, html_dir, visit.page)
-    report = html_dir.parent / "logs" / "site-browser.json"
-    report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text(
+    path = html_dir.parent / "logs" / report
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
         json.dumps(
             [asdict(visit) | {"total_bytes": visit.total_bytes, "requests": len(visit.bytes_by_url)}
              for visit in result],
@@ -231,9 +269,28 @@ def visits(
     return result
 
 
-def test_every_page_loads_offline(visits: list[Visit]) -> None:
-    problems = {visit.page: visit.problems for visit in visits if visit.problems}
-    assert not problems, problems
+def contents_pages(toc_files: list[str]) -> list[str]:
+    """The pages of the table of contents, and index.html, which leads to its root."""
+    return ["index.html", *(f"{name}.html" for name in toc_files)]
+
+
+@pytest.fixture(scope="module")
+def visits(
+    browser: Browser, site_url: str, html_dir: Path, book_root: Path, toc_files: list[str]
+) -> list[Visit]:
+    """Every page of the table of contents, visited once (test_site_sources.py visits the
+    rest of the site)."""
+    pages = contents_pages(toc_files)
+    assert set(pages) <= set(html_pages(html_dir)), "a page of the contents was not built"
+    return visit_pages(browser, site_url, html_dir, book_root, pages,
+                       phone_pages=set(pages[1:]), report="site-browser.json")
+
+
+# The checks every visited page must pass; this file and test_site_sources.py assert them.
+
+
+def load_problems(visits: list[Visit]) -> dict[str, list[str]]:
+    return {visit.page: visit.problems for visit in visits if visit.problems}
 
 
 def _budget(visit: Visit, toc_files: list[str]) -> int:
@@ -242,14 +299,67 @@ def _budget(visit: Visit, toc_files: list[str]) -> int:
     return LESSON_BUDGET if visit.page.startswith("lessons/") else PAGE_BUDGET
 
 
-def test_first_visit_weight_budget(visits: list[Visit], toc_files: list[str]) -> None:
+def over_budget(visits: list[Visit], toc_files: list[str]) -> dict[str, list[str]]:
     """A lesson's first visit at most 3 MB, the home page's at most 1.5 MB, any other's 3 MB."""
-    over = {
+    return {
         visit.page: [f"{visit.total_bytes / 1e6:.2f} MB of {_budget(visit, toc_files) / 1e6} MB",
                      *visit.heaviest()]
         for visit in visits
         if visit.total_bytes > _budget(visit, toc_files)
     }
+
+
+def moved(visits: list[Visit]) -> dict[str, tuple]:
+    """Pages whose cumulative layout shift reaches 0.1, at either width measured."""
+    return {
+        visit.page: (visit.layout_shift, visit.phone_layout_shift)
+        for visit in visits
+        if visit.layout_shift >= LAYOUT_SHIFT_BOUND
+        or (visit.phone_layout_shift or 0) >= LAYOUT_SHIFT_BOUND
+    }
+
+
+def wrong_scripts(visits: list[Visit], html_dir: Path) -> list[str]:
+    """plotly.js only where a figure is; no math script anywhere (the math is typeset at
+    build time); the search index only on the search page."""
+    wrong = []
+    for visit in visits:
+        text = (html_dir / visit.shown).read_text(encoding="utf-8")
+        has_figure = PLOTLY_BLOCK in text
+        if visit.loaded(PLOTLY_JS) != has_figure:
+            wrong.append(f"{visit.page}: figure {has_figure}, plotly.js loaded {not has_figure}")
+        if any(visit.loaded(script) for script in MATH_SCRIPTS):
+            wrong.append(f"{visit.page}: loads a math script")
+        loads_index = visit.loaded("/searchindex.js")
+        if loads_index != (visit.shown == "search.html"):
+            wrong.append(f"{visit.page}: loads the search index: {loads_index}")
+    return wrong
+
+
+def serious_violations(visits: list[Visit]) -> dict[str, list[str]]:
+    failing = {
+        visit.page: [
+            f"{v['impact']}: {v['id']} ({v['help']}) at {v['targets'][:3]}"
+            for v in visit.violations
+            if v["impact"] in FAILING_IMPACTS
+        ]
+        for visit in visits
+    }
+    return {page: found for page, found in failing.items() if found}
+
+
+def too_wide(visits: list[Visit]) -> dict[str, int]:
+    return {v.page: v.phone_width for v in visits if v.phone_width > PHONE["width"] + 1}
+
+
+def test_every_page_loads_offline(visits: list[Visit]) -> None:
+    problems = load_problems(visits)
+    assert not problems, problems
+
+
+def test_first_visit_weight_budget(visits: list[Visit], toc_files: list[str]) -> None:
+    """A lesson's first visit at most 3 MB, the home page's at most 1.5 MB, any other's 3 MB."""
+    over = over_budget(visits, toc_files)
     assert not over, f"first visits over budget: {over}"
     homes = [v for v in visits if _budget(v, toc_files) == HOME_BUDGET]
     assert homes, "the home page was not visited"
@@ -275,72 +385,53 @@ def test_second_lesson_weight_budget(visits: list[Visit], toc_files: list[str]) 
 def test_nothing_moves_as_pages_settle(visits: list[Visit]) -> None:
     """Cumulative layout shift below 0.1: figures reserve their height before they are
     drawn, and the math is typeset before the page is served."""
-    moved = {
-        visit.page: (visit.layout_shift, visit.phone_layout_shift)
-        for visit in visits
-        if visit.layout_shift >= LAYOUT_SHIFT_BOUND
-        or (visit.phone_layout_shift or 0) >= LAYOUT_SHIFT_BOUND
-    }
-    assert not moved, f"pages whose layout shifts by {LAYOUT_SHIFT_BOUND} or more: {moved}"
+    shifted = moved(visits)
+    assert not shifted, f"pages whose layout shifts by {LAYOUT_SHIFT_BOUND} or more: {shifted}"
     assert any(v.phone_layout_shift is not None for v in visits), "no page measured at 390 px"
 
 
 def test_pages_load_only_the_scripts_they_use(visits: list[Visit], html_dir: Path) -> None:
-    """plotly.js only where a figure is; no math script anywhere (the math is typeset at
-    build time); the search index only on the search page."""
-    wrong = []
-    for visit in visits:
-        text = (html_dir / visit.shown).read_text(encoding="utf-8")
-        has_figure = PLOTLY_BLOCK in text
-        if visit.loaded(PLOTLY_JS) != has_figure:
-            wrong.append(f"{visit.page}: figure {has_figure}, plotly.js loaded {not has_figure}")
-        if any(visit.loaded(script) for script in MATH_SCRIPTS):
-            wrong.append(f"{visit.page}: loads a math script")
-        loads_index = visit.loaded("/searchindex.js")
-        if loads_index != (visit.shown == "search.html"):
-            wrong.append(f"{visit.page}: loads the search index: {loads_index}")
+    """plotly.js only where a figure is; no math script anywhere; no search index here."""
+    wrong = wrong_scripts(visits, html_dir)
     assert not wrong, wrong
     assert any(visit.loaded(PLOTLY_JS) for visit in visits), "no page drew a figure"
 
 
 def test_axe_finds_no_serious_violation(visits: list[Visit]) -> None:
-    failing = {
-        visit.page: [
-            f"{v['impact']}: {v['id']} ({v['help']}) at {v['targets'][:3]}"
-            for v in visit.violations
-            if v["impact"] in FAILING_IMPACTS
-        ]
-        for visit in visits
-    }
-    failing = {page: found for page, found in failing.items() if found}
+    unaudited = [v.page for v in visits if not v.audited]
+    assert not unaudited, f"axe-core did not audit {unaudited}"
+    failing = serious_violations(visits)
     assert not failing, failing
 
 
 def test_phone_width_does_not_scroll_sideways(visits: list[Visit]) -> None:
-    wide = {v.page: v.phone_width for v in visits if v.phone_width > PHONE["width"] + 1}
+    wide = too_wide(visits)
     assert not wide, f"pages wider than {PHONE['width']} px on a phone: {wide}"
 
 
-def test_math_is_typeset(page: Page, site_url: str, html_dir: Path, toc_files: list[str]) -> None:
-    """Every page of the table of contents that has math shows it typeset, drawn with
-    MathJax's fonts from the site."""
+def test_math_is_typeset(visits: list[Visit], html_dir: Path, toc_files: list[str]) -> None:
+    """Every page of the table of contents that has math shows it typeset (no TeX left, no
+    MathJax error), drawn with MathJax's fonts from the site."""
+    by_page = {visit.page: visit for visit in visits}
     pages_with_math = [
         f"{name}.html"
         for name in toc_files
         if 'class="math' in (html_dir / f"{name}.html").read_text(encoding="utf-8")
     ]
     assert pages_with_math, "no page of the table of contents has math"
-    fonts = []
-    page.on("requestfinished", lambda request: fonts.append(request.url)
-            if "/_vendor/mathjax/" in request.url and request.url.endswith(".woff") else None)
-    for relative in pages_with_math:
-        page.goto(f"{site_url}/{relative}")
-        settle(page)
-        assert _check_math(page) > 0, f"no typeset math on {relative}"
+    wrong = {
+        relative: (v.formulas, v.untypeset, v.math_errors)
+        for relative in pages_with_math
+        if (v := by_page[relative]).formulas == 0 or v.untypeset or v.math_errors
+    }
+    assert not wrong, f"(typeset, left as TeX, failed) formulas: {wrong}"
+    fonts = [url for v in visits for url in v.bytes_by_url
+             if "/_vendor/mathjax/" in url and url.endswith(".woff")]
     assert fonts, "no page loaded MathJax's fonts"
 
 
 def test_lessons_draw_figures_and_link_to_colab(
+    visits: list[Visit],
     page: Page,
     site_url: str,
     toc_files: list[str],
@@ -348,19 +439,24 @@ def test_lessons_draw_figures_and_link_to_colab(
     html_dir: Path,
     book_root: Path,
 ) -> None:
+    """Every lesson draws each of its figures, each with a text alternative, and links to
+    its notebook on Colab."""
     lessons = lesson_pages(toc_files)
     assert lessons, "the table of contents lists no lesson"
+    by_page = {visit.page: visit for visit in visits}
     repo = urlsplit(book_config["repository"]["url"]).path.strip("/")
     branch = book_config["repository"].get("branch", "main")
     for relative in lessons:
-        page.goto(f"{site_url}/{relative}")
-        json_blocks = page.locator('script[type="application/vnd.plotly.v1+json"]').count()
-        assert _wait_for_plots(page) == json_blocks
-        missing = page.evaluate(TEXT_ALTERNATIVES)
-        assert not missing, f"figures without a text alternative on {relative}: {missing}"
+        visit = by_page[relative]
+        assert visit.plots_drawn == visit.plot_blocks, (
+            f"{relative}: {visit.plots_drawn} of {visit.plot_blocks} figures drawn"
+        )
+        assert not visit.unlabelled_figures, (
+            f"figures without a text alternative on {relative}: {visit.unlabelled_figures}"
+        )
         notebook = relative.removesuffix(".html") + ".ipynb"
-        colab = page.locator(f'a[href="{COLAB_PREFIX}{repo}/blob/{branch}/{notebook}"]')
-        assert colab.count() >= 1, f"no Colab launch link on {relative}"
+        wanted = f"{COLAB_PREFIX}{repo}/blob/{branch}/{notebook}"
+        assert wanted in visit.colab_links, f"no Colab launch link on {relative}"
     screenshot_first_lesson(page, site_url, lessons[0], html_dir, book_root)
 
 
