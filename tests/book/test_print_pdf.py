@@ -1,0 +1,44 @@
+"""book/_ext/print_pdf.py without a browser: where the chapters land once the empty pages
+before some of them are closed up (the page numbers the table of contents is printed with)."""
+
+from __future__ import annotations
+
+import doctest
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "book" / "_ext" / "print_pdf.py"
+
+
+@pytest.fixture(scope="module")
+def print_pdf() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("print_pdf", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(("loose", "expected"), [
+    ([], [1, 3, 8, 12]),  # nothing moves
+    (["b"], [1, 2, 7, 11]),  # b starts a page earlier, and so does everything after it
+    (["b", "d"], [1, 2, 7, 10]),  # two pages gained by the last chapter
+    (["c"], [1, 3, 7, 11]),
+])
+def test_each_loose_chapter_moves_itself_and_the_rest_up_by_one(print_pdf, loose, expected):
+    names = ["a", "b", "c", "d"]
+    pages = dict(zip(names, [1, 3, 8, 12], strict=True))
+    assert list(print_pdf.shifted_pages(pages, names, loose).values()) == expected
+
+
+def test_a_chapter_without_a_page_is_left_out(print_pdf):
+    assert print_pdf.shifted_pages({"a": 1, "c": 9}, ["a", "b", "c"], ["b"]) == {"a": 1, "c": 9}
+
+
+def test_the_docstring_example_holds(print_pdf):
+    finder = doctest.DocTestFinder()
+    tests = finder.find(print_pdf.shifted_pages, globs={"shifted_pages": print_pdf.shifted_pages})
+    results = [doctest.DocTestRunner().run(t) for t in tests]
+    assert results and all(r.failed == 0 and r.attempted > 0 for r in results)
