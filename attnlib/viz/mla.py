@@ -25,7 +25,7 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from attnlib._checks import check_nonnegative_int, check_positive_int
+from attnlib._checks import check_choice, check_nonnegative_int, check_positive_int
 from attnlib.costs import DECODE_PATHS, mla_decode_cost
 from attnlib.device import seeded
 from attnlib.gqa import GroupedQueryAttention
@@ -406,10 +406,9 @@ def trained_figure(d_latent: int = 32) -> go.Figure:
     Returns:
         go.Figure: the loss curves and the cache bars.
     """
-    if d_latent not in TRAINED_LATENTS:
-        raise ValueError(f"d_latent must be one of {list(TRAINED_LATENTS)}; got {d_latent!r}")
     table = trained_table()
-    return dial_figure(table, d_latent, setting="d_L", source_loss=table.attrs["source loss"],
+    return dial_figure(table, check_choice("d_latent", d_latent, list(TRAINED_LATENTS)),
+                       setting="d_L", source_loss=table.attrs["source loss"],
                        uniform_loss=table.attrs["uniform loss"],
                        source_cache=table.attrs["source cache"], model=f"'{TRAINED_MODEL}'",
                        conversion="the SVD of [W_K | W_V]")
