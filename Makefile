@@ -31,7 +31,8 @@ PORTABLE := ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
 NBVAL := -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
   -n auto --dist loadfile
 
-.PHONY: help book pdf serve lab execute models test test-lib clean distclean
+.PHONY: help book pdf serve lab execute models test test-lib test-nbval test-book \
+  test-standalone test-browser clean distclean
 
 help:
 	@echo "make book       build the static site into $(HTML)"
@@ -42,6 +43,8 @@ help:
 	@echo "make models     re-train every model attnlib ships (attnlib/weights; about 25 minutes)"
 	@echo "make test       ruff, pytest, nbval, book build, standalone lessons, PDF, browser, actionlint"
 	@echo "make test-lib   the fast part: ruff, pytest (no site checks), doctests"
+	@echo "                 (the other parts of make test: test-nbval, test-book, test-standalone,"
+	@echo "                 test-browser, which needs test-book's site and PDF)"
 	@echo "make clean      remove $(BUILD) and caches (distclean: also .venv and node_modules)"
 
 $(VENV_STAMP): requirements.txt pyproject.toml
@@ -105,26 +108,50 @@ test-lib: $(VENV_STAMP) $(NPM_STAMP)
 	$(BIN)/python -m pytest --doctest-modules attnlib
 	$(PORTABLE) $(BIN)/python -m pytest -q --doctest-modules attnlib
 
+# make test: four parts that need nothing from each other run two at a time. test-lib and
+# test-book keep one CPU each busy; nbval and the standalone lessons run a kernel per CPU and
+# fill whatever the other part leaves. Each part's output is printed when it ends. The
+# browser checks come last and alone: they need the built site and the PDF, and their three
+# browsers fill both CPUs by themselves.
+TEST_JOBS ?= 2
+
 test: $(VENV_STAMP) $(NPM_STAMP)
-	$(MAKE) test-lib
+	@echo "== test-lib, test-book, test-nbval, test-standalone: $(TEST_JOBS) at a time, each part's output when it ends"
+	$(MAKE) -j $(TEST_JOBS) --output-sync=target test-lib test-book test-nbval test-standalone \
+	  STANDALONE_ENVS=colab
+	$(MAKE) test-browser
+	@echo "== actionlint"
+	$(BIN)/actionlint
+	@echo "make test: every check passed"
+
+test-nbval: $(VENV_STAMP)
 	@echo "== lessons against their committed outputs (nbval), then again on portable kernels"
 	$(BIN)/python $(NBVAL) lessons/
 	$(PORTABLE) $(BIN)/python $(NBVAL) -q lessons/
+
+test-book: $(VENV_STAMP) $(NPM_STAMP)
 	@echo "== book build (full rebuild, warnings are errors)"
 	$(MAKE) book JB_FLAGS=--all
 	BOOK_SITE_REQUIRED=1 $(BIN)/python -m pytest tests/book/site/test_site_build.py
-	@echo "== each lesson alone, at Colab's package versions and at the newest"
-	$(BIN)/python tests/check_lessons_standalone.py
 	@echo "== the PDF edition (single-page build printed by Chromium)"
 	$(MAKE) pdf
 	BOOK_SITE_REQUIRED=1 $(BIN)/python -m pytest tests/book/site/test_site_pdf.py
+
+# The environments test-standalone runs each lesson in: Colab's package versions and the
+# newest that requirements.txt pins. make test runs Colab's alone (nbval has just run every
+# lesson at the newest pins, in .venv); .ci/run and the GitHub workflow run the newest after it.
+STANDALONE_ENVS ?= colab newest
+
+test-standalone: $(VENV_STAMP)
+	@echo "== each lesson alone, in a fresh environment: $(STANDALONE_ENVS)"
+	$(BIN)/python tests/check_lessons_standalone.py $(addprefix --env ,$(STANDALONE_ENVS))
+
+# Needs the site and the PDF that test-book builds.
+test-browser: $(VENV_STAMP) $(NPM_STAMP)
 	@echo "== the site in a browser (weight, layout shift, axe-core, figures, navigation, search)"
 	BOOK_SITE_REQUIRED=1 $(BIN)/python -m pytest -n 3 --dist loadfile \
 	  tests/book/site/test_site_browser.py tests/book/site/test_site_figures.py \
 	  tests/book/site/test_site_sources.py tests/book/site/test_site_reader.py
-	@echo "== actionlint"
-	$(BIN)/actionlint
-	@echo "make test: every check passed"
 
 clean:
 	rm -rf $(BUILD) .pytest_cache .ruff_cache .hypothesis build dist

@@ -15,11 +15,15 @@ Both ends of the supported range of versions are tested, each in its own environ
   dependencies, would install attnlib alone;
 - ``newest``: the versions ``requirements.txt`` pins for the book's own environment.
 
+``make test`` runs ``colab`` (nbval has just run every lesson at the newest pins);
+``.ci/run`` and the GitHub workflow run ``newest`` after it.
+
 In both, attnlib's dependencies (pyproject.toml) must all be among what the environment
 holds: ``pip check`` fails otherwise, naming the package.
 
 The environments live in ``_build/standalone-<name>`` and are rebuilt only when their pins
-change (pip's cache makes that fast); attnlib is rebuilt and reinstalled on every run.
+change (pip's cache makes that fast); attnlib's wheel is rebuilt on every run and installed in
+each. The lessons of both environments share one queue, a kernel per CPU.
 
 Usage: python tests/check_lessons_standalone.py [--env colab|newest] [lessons/NN_slug.ipynb ...]
 """
@@ -246,29 +250,19 @@ def check_lesson(python: Path, lesson: Path) -> tuple[bool, str]:
     return True, result.stdout.strip().splitlines()[-1]
 
 
-def check_environment(env: str, lessons: list[Path]) -> int:
-    """Every lesson in environment ``env``; the number that failed."""
+def prepare_environment(env: str, wheel: Path, workdir: Path) -> Path | None:
+    """Environment ``env`` with attnlib installed from ``wheel``: its Python, or None when
+    the setup cell would change one of Colab's packages."""
     python = _ensure_venv(env, _pins(env))
-    with tempfile.TemporaryDirectory(prefix="attnlib-wheel-") as tmp:
-        wheel = _build_wheel(Path(tmp))
-        changes = setup_cell_changes(python, wheel, Path(tmp))
-        if env == "colab" and changes:
-            print(f"[{env}] the setup cell would change Colab's packages: "
-                  f"{', '.join(changes)}; relax attnlib's requirements in pyproject.toml")
-            return len(lessons)
-        _install_attnlib(python, wheel)
+    changes = setup_cell_changes(python, wheel, workdir)
+    if env == "colab" and changes:
+        print(f"[{env}] the setup cell would change Colab's packages: "
+              f"{', '.join(changes)}; relax attnlib's requirements in pyproject.toml")
+        return None
+    _install_attnlib(python, wheel)
     print(f"[{env}] the setup cell would install attnlib and "
           f"{', '.join(changes) if changes else 'nothing else'}", flush=True)
-    failed = 0
-    # One kernel per lesson, as many at once as there are CPUs; results print in order.
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        results = pool.map(lambda lesson: check_lesson(python, lesson), lessons)
-        for lesson, (ok, said) in zip(lessons, results, strict=True):
-            print(f"[{env}] {lesson.name}: {'ok, ' + said if ok else 'FAILED'}", flush=True)
-            if not ok:
-                failed += 1
-                print(said, flush=True)
-    return failed
+    return python
 
 
 def main() -> int:
@@ -284,9 +278,28 @@ def main() -> int:
         print("no lesson to check in lessons/")
         return 1
     envs = args.env or ["colab", "newest"]
-    failed = sum(check_environment(env, lessons) for env in envs)
-    runs = len(lessons) * len(envs)
-    print(f"standalone lessons: {runs - failed} passed, {failed} failed "
+    failed = 0
+    pythons = {}
+    with tempfile.TemporaryDirectory(prefix="attnlib-wheel-") as tmp:
+        wheel = _build_wheel(Path(tmp))
+        for env in envs:
+            python = prepare_environment(env, wheel, Path(tmp))
+            if python is None:
+                failed += len(lessons)
+            else:
+                pythons[env] = python
+    # One kernel per lesson, as many at once as there are CPUs, the lessons of both
+    # environments in one queue; results print in order.
+    runs = [(env, lesson) for env in pythons for lesson in lessons]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        results = pool.map(lambda run: check_lesson(pythons[run[0]], run[1]), runs)
+        for (env, lesson), (ok, said) in zip(runs, results, strict=True):
+            print(f"[{env}] {lesson.name}: {'ok, ' + said if ok else 'FAILED'}", flush=True)
+            if not ok:
+                failed += 1
+                print(said, flush=True)
+    total = len(lessons) * len(envs)
+    print(f"standalone lessons: {total - failed} passed, {failed} failed "
           f"({len(lessons)} lessons in {' and '.join(envs)})")
     return 1 if failed else 0
 

@@ -129,6 +129,10 @@ def _fresh_twin(page: Page, site_url: str, relative: str, n: int) -> Locator:
     """Twin ``n`` of a page loaded afresh, at its default step, with no choice made yet."""
     page.goto(f"{site_url}/{relative}")
     settle(page)
+    return _nth_twin(page, n)
+
+
+def _nth_twin(page: Page, n: int) -> Locator:
     figure = page.locator(FIGURE).filter(has=page.locator("[data-twin-param]")).nth(n)
     figure.scroll_into_view_if_needed()
     return figure
@@ -140,43 +144,55 @@ def test_each_control_moves_its_own_parameter(
     """Every control of every twin, from the default step: moving it changes that parameter;
     the others stay where they are when the twin holds that combination, and the status
     line says so when it does not; the drawing, its subplots, its title and the caption
-    show the step reached."""
-    twins = []
+    show the step reached. Each control is moved on a page loaded afresh (the first on the
+    load that counted the page's twins)."""
+    moved = 0
     for relative in figure_pages(html_dir, toc_files):
         page.goto(f"{site_url}/{relative}")
+        settle(page)
+        fresh = True  # nothing on the page has been moved since it loaded
         count = page.locator(FIGURE).filter(has=page.locator("[data-twin-param]")).count()
-        twins += [(relative, n) for n in range(count)]
-    assert twins, "no twin with controls on any page"
-    for relative, n in twins:
-        start = twin_state(_fresh_twin(page, site_url, relative, n))
-        movable = [i for i, p in enumerate(start["params"]) if len(p["values"]) > 1]
-        assert movable, f"a twin on {relative} offers no control"
-        for param in movable:
-            figure = _fresh_twin(page, site_url, relative, n)
-            before = twin_state(figure)
-            value = (before["at"][param] + 1) % len(before["params"][param]["values"])
-            set_control(page, figure, param, value)
-            after = twin_state(figure)
-            where = f"{relative}, twin {n + 1}, control {before['params'][param]['label']}"
-            assert after["at"] in after["steps"], f"{where}: shows a combination it lacks"
-            wanted = [value if i == param else v for i, v in enumerate(before["at"])]
-            if wanted in after["steps"]:
-                assert after["at"] == wanted, f"{where}: moved other controls too"
-                assert not after["status"].strip(), f"{where}: {after['status']!r}"
-            else:
-                assert after["at"][param] == value, f"{where}: did not reach value {value}"
-                assert "no step for" in after["status"], f"{where}: moved others silently"
-            assert after["traces"] != before["traces"] or after["title"] != before["title"], (
-                f"{where}: the figure did not change"
-            )
-            title = after["title"].split("<")[0].strip()
-            assert title and title in after["caption"], (
-                f"{where}: the caption does not follow the figure ({after['caption'][:80]!r})"
-            )
-            assert after["drawnSubplots"] == after["subplots"], (
-                f"{where}: {after['drawnSubplots']} subplots drawn for "
-                f"{after['subplots']} in use"
-            )
+        for n in range(count):
+            figure = _nth_twin(page, n) if fresh else _fresh_twin(page, site_url, relative, n)
+            fresh = True
+            start = twin_state(figure)
+            movable = [i for i, p in enumerate(start["params"]) if len(p["values"]) > 1]
+            assert movable, f"a twin on {relative} offers no control"
+            for param in movable:
+                if not fresh:
+                    figure = _fresh_twin(page, site_url, relative, n)
+                fresh = False
+                _check_one_move(page, figure, param, f"{relative}, twin {n + 1}")
+                moved += 1
+    assert moved, "no twin with controls on any page"
+
+
+def _check_one_move(page: Page, figure: Locator, param: int, twin: str) -> None:
+    """Move control ``param`` of a twin at its default step by one value and check what the
+    twin shows."""
+    before = twin_state(figure)
+    value = (before["at"][param] + 1) % len(before["params"][param]["values"])
+    set_control(page, figure, param, value)
+    after = twin_state(figure)
+    where = f"{twin}, control {before['params'][param]['label']}"
+    assert after["at"] in after["steps"], f"{where}: shows a combination it lacks"
+    wanted = [value if i == param else v for i, v in enumerate(before["at"])]
+    if wanted in after["steps"]:
+        assert after["at"] == wanted, f"{where}: moved other controls too"
+        assert not after["status"].strip(), f"{where}: {after['status']!r}"
+    else:
+        assert after["at"][param] == value, f"{where}: did not reach value {value}"
+        assert "no step for" in after["status"], f"{where}: moved others silently"
+    assert after["traces"] != before["traces"] or after["title"] != before["title"], (
+        f"{where}: the figure did not change"
+    )
+    title = after["title"].split("<")[0].strip()
+    assert title and title in after["caption"], (
+        f"{where}: the caption does not follow the figure ({after['caption'][:80]!r})"
+    )
+    assert after["drawnSubplots"] == after["subplots"], (
+        f"{where}: {after['drawnSubplots']} subplots drawn for {after['subplots']} in use"
+    )
 
 
 def test_range_controls_answer_the_keyboard(
