@@ -203,7 +203,7 @@ def _clean_env(python: Path, home: Path) -> dict[str, str]:
         HOME=str(home),
         PATH=f"{python.parent}{os.pathsep}/usr/bin{os.pathsep}/bin",
         PYTHONNOUSERSITE="1",
-        # One lesson per CPU runs at once (check_environment), so one thread each: more
+        # One lesson per CPU runs at once (main's queue), so one thread each: more
         # would only compete for the same cores.
         OMP_NUM_THREADS="1",
         MKL_NUM_THREADS="1",

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import functools
 import http.server
+import importlib.util
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 import nbformat
 import pytest
@@ -39,6 +41,20 @@ import attnlib
 torch.manual_seed(0)
 torch.set_printoptions(precision=4, sci_mode=False)
 device = attnlib.default_device()"""
+
+
+def _load_script(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def load_script() -> Callable[[Path], ModuleType]:
+    """Imports a Python file that is not a module of a package (book/_ext/*.py,
+    benchmarks/*.py) from its path."""
+    return _load_script
 
 
 @pytest.fixture(scope="session")

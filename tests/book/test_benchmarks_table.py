@@ -3,7 +3,6 @@ files it reads, what it refuses, and the table it makes from them."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -19,11 +18,8 @@ SAMPLE = ROOT / "tests" / "benchmark_results_sample.json"
 
 
 @pytest.fixture(scope="module")
-def extension() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("benchmarks_table", EXTENSION)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def extension(load_script) -> ModuleType:
+    return load_script(EXTENSION)
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
@@ -16,11 +15,8 @@ PLOTLY = "application/vnd.plotly.v1+json"
 
 
 @pytest.fixture(scope="module")
-def offline_site() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("offline_site", EXTENSION)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def offline_site(load_script) -> ModuleType:
+    return load_script(EXTENSION)
 
 
 class _RecordingRenderer:

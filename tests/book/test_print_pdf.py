@@ -4,7 +4,6 @@ before some of them are closed up (the page numbers the table of contents is pri
 from __future__ import annotations
 
 import doctest
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
@@ -14,11 +13,8 @@ SCRIPT = Path(__file__).resolve().parents[2] / "book" / "_ext" / "print_pdf.py"
 
 
 @pytest.fixture(scope="module")
-def print_pdf() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("print_pdf", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def print_pdf(load_script) -> ModuleType:
+    return load_script(SCRIPT)
 
 
 @pytest.mark.parametrize(("loose", "expected"), [

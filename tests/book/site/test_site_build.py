@@ -235,18 +235,15 @@ class _BenchmarkTableReader(HTMLParser):
             self.caption += data
 
 
-def test_performance_page_shows_the_saved_benchmarks(html_dir: Path, book_root: Path) -> None:
+def test_performance_page_shows_the_saved_benchmarks(
+    html_dir: Path, book_root: Path, load_script
+) -> None:
     """book/performance.md's table is built from benchmarks/results/*.json (by
     book/_ext/benchmarks_table.py with benchmarks/report.py): run.py's columns, a GPU's only
     when its results exist, a row per measurement, and each file's machine and date line."""
     import html
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location(
-        "benchmarks_report", book_root / "benchmarks" / "report.py"
-    )
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
+    report = load_script(book_root / "benchmarks" / "report.py")
     folder = book_root / "benchmarks" / "results"
     runs = {path.stem: report.load(path) for path in sorted(folder.glob("*.json"))}
     assert "cpu" in runs, f"no {folder / 'cpu.json'}: run benchmarks/run.py --save"

@@ -150,18 +150,18 @@ def test_each_control_moves_its_own_parameter(
     for relative in figure_pages(html_dir, toc_files):
         page.goto(f"{site_url}/{relative}")
         settle(page)
-        fresh = True  # nothing on the page has been moved since it loaded
+        untouched = True  # nothing on the page has moved since it loaded
         count = page.locator(FIGURE).filter(has=page.locator("[data-twin-param]")).count()
         for n in range(count):
-            figure = _nth_twin(page, n) if fresh else _fresh_twin(page, site_url, relative, n)
-            fresh = True
-            start = twin_state(figure)
-            movable = [i for i, p in enumerate(start["params"]) if len(p["values"]) > 1]
+            params = twin_state(_nth_twin(page, n))["params"]
+            movable = [i for i, p in enumerate(params) if len(p["values"]) > 1]
             assert movable, f"a twin on {relative} offers no control"
             for param in movable:
-                if not fresh:
+                if untouched:
+                    figure = _nth_twin(page, n)
+                else:
                     figure = _fresh_twin(page, site_url, relative, n)
-                fresh = False
+                untouched = False
                 _check_one_move(page, figure, param, f"{relative}, twin {n + 1}")
                 moved += 1
     assert moved, "no twin with controls on any page"
