@@ -454,29 +454,17 @@ RECIPES: dict[str, Recipe] = {
                     "chapter 09 on every head",
     ),
     # The controls of chapters 06 and 07: the same recipe at a second initial seed (the
-    # noise of one training run), and the cheaper layouts trained as such from the start.
+    # noise of one training run), and the cheapest layout, MQA, trained as such from the
+    # start.
     "book-seed1": Recipe(
         "book", {**_BOOK, "seed": 1}, **_BOOK_TRAINING, weights_dtype="float16",
         description="as 'book' with initial seed 1 (same data and steps): the spread between "
                     "the two is the noise of one training run",
     ),
-    "book-scratch-gqa2": Recipe(
-        "book", {**_BOOK, "n_kv_heads": 2}, **_BOOK_TRAINING, weights_dtype="float16",
-        description="as 'book' (same data, steps and seeds), trained as GQA with G = 2 "
-                    "from the start",
-    ),
     "book-scratch-gqa1": Recipe(
         "book", {**_BOOK, "n_kv_heads": 1}, **_BOOK_TRAINING, weights_dtype="float16",
         description="as 'book' (same data, steps and seeds), trained as MQA (G = 1) from "
                     "the start",
-    ),
-    "book-scratch-mla32": Recipe(
-        "book", {**_BOOK, "attention": "mla", "d_latent": 32, "d_rope": 8,
-                 "rope_base": 10000.0},
-        **_BOOK_TRAINING, weights_dtype="float16",
-        description="as 'book' (same data, steps and seeds), trained as MLA from the start: "
-                    "latent width 32 and a decoupled RoPE part of width 8 (half of d_head, "
-                    "DeepSeek-V2's proportion), so that its positions are those of 'book'",
     ),
 }
 
