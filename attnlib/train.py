@@ -454,12 +454,16 @@ RECIPES: dict[str, Recipe] = {
                     "chapter 09 on every head",
     ),
     # The controls of chapters 06 and 07: the same recipe at a second initial seed (the
-    # noise of one training run), and the cheapest layout, MQA, trained as such from the
-    # start.
+    # noise of one training run), and the grouped layouts trained as such from the start.
     "book-seed1": Recipe(
         "book", {**_BOOK, "seed": 1}, **_BOOK_TRAINING, weights_dtype="float16",
         description="as 'book' with initial seed 1 (same data and steps): the spread between "
                     "the two is the noise of one training run",
+    ),
+    "book-scratch-gqa2": Recipe(
+        "book", {**_BOOK, "n_kv_heads": 2}, **_BOOK_TRAINING, weights_dtype="float16",
+        description="as 'book' (same data, steps and seeds), trained as GQA with G = 2 "
+                    "from the start",
     ),
     "book-scratch-gqa1": Recipe(
         "book", {**_BOOK, "n_kv_heads": 1}, **_BOOK_TRAINING, weights_dtype="float16",

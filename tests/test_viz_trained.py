@@ -71,7 +71,8 @@ def test_scratch_table_lists_the_recipe_at_every_layout():
     table = vt.scratch_table()
     assert list(table.index) == list(vt.SCRATCH)
     cached = dict(zip(table.index, table["numbers cached per token and layer"], strict=True))
-    assert cached == {"book": 128, "book-seed1": 128, "book-scratch-gqa1": 32}
+    assert cached == {"book": 128, "book-seed1": 128, "book-scratch-gqa2": 64,
+                      "book-scratch-gqa1": 32}
     for name in table.index:
         card = attnlib.pretrained.card(name)
         assert card["recipe"]["steps"] == 2000 and card["data_seed"] == 1

@@ -397,9 +397,9 @@ def trained_table() -> pd.DataFrame:
 # ---------------------------------------------------------------------------------------
 
 
-TRAINED_SCRATCH: dict[int, str] = {4: "book", 1: "book-scratch-gqa1"}
+TRAINED_SCRATCH: dict[int, str] = {4: "book", 2: "book-scratch-gqa2", 1: "book-scratch-gqa1"}
 """The models trained from scratch with the ``book`` recipe, by ``G`` (``G = 4`` is ``book``
-itself; ``G = 2`` ships only as a conversion)."""
+itself)."""
 
 
 def trained_figure(n_kv_heads: int = 2, steps: int = 100) -> go.Figure:

@@ -61,6 +61,7 @@ SEEDS: tuple[str, ...] = ("book", "book-seed1")
 SCRATCH: dict[str, str] = {
     "book": "MHA, G = 4 (seed 0)",
     "book-seed1": "MHA, G = 4 (seed 1)",
+    "book-scratch-gqa2": "GQA, G = 2",
     "book-scratch-gqa1": "MQA, G = 1",
 }
 """The models trained from scratch with the ``book`` recipe (RoPE, same data and steps), by
