@@ -14,7 +14,10 @@ and 07, layer by layer: :func:`to_gqa` mean-pools its key and value heads
 SVD (:func:`attnlib.mla.mla_from_mha`, which needs a model without RoPE). Both return new
 models and change nothing else. Converted models that were then trained a little more
 (the uptraining of Ainslie et al., 2023) ship too: ``load("book", n_kv_heads=2)``,
-``load("book-nope", d_latent=32)``; :func:`variants` lists them.
+``load("book-nope", d_latent=32)``, after 100 steps, and ``load("book", n_kv_heads=2,
+steps=400)`` after 400; :func:`variants` lists them. The *controls* are the same fine-tune
+applied to conversions that change nothing (``load("book", n_kv_heads=4)``,
+``load("book-nope", d_latent=128)``): what the recipe alone does to the loss.
 
 The weights are ``torch.save`` files of state dicts under ``attnlib/weights/``, read with
 ``weights_only=True``; the cards are JSON files beside them.
@@ -36,6 +39,7 @@ from attnlib.layers import TinyDecoder
 from attnlib.mla import mla_from_mha
 
 __all__ = [
+    "DEFAULT_STEPS",
     "WEIGHTS",
     "card",
     "decoder_config",
@@ -54,6 +58,8 @@ WEIGHTS = Path(__file__).parent / "weights"
 """
 
 _VARIANT_KEYS = ("n_kv_heads", "d_latent")
+DEFAULT_STEPS = 100
+"""The uptraining budget :func:`load` and :func:`card` pick when none is named."""
 
 
 @cache
@@ -70,14 +76,17 @@ def names() -> list[str]:
 def variants(name: str) -> list[dict[str, int]]:
     """The shipped fine-tuned conversions of model ``name``, as the keywords :func:`load` takes.
 
+    Each holds the conversion and its uptraining budget ``steps``.
+
     Example:
-        >>> variants("book")
-        [{'n_kv_heads': 1}, {'n_kv_heads': 2}]
+        >>> [(v["n_kv_heads"], v["steps"]) for v in variants("book")]
+        [(1, 100), (1, 400), (2, 100), (2, 400), (4, 100), (4, 400)]
         >>> variants("recall")  # no conversion of it ships
         []
     """
     _check_name(name)
-    found = [c["variant"] for c in _cards().values() if c.get("base") == name]
+    found = [{**c["variant"], "steps": c["steps"]} for c in _cards().values()
+             if c.get("base") == name]
     return sorted(found, key=lambda v: tuple(sorted(v.items())))
 
 
@@ -87,8 +96,9 @@ def _check_name(name: object) -> None:
 
 
 def _variant_file(name: str, variant: dict[str, int]) -> str:
+    variant = {"steps": DEFAULT_STEPS, **variant}
     for file, c in _cards().items():
-        if c.get("base") == name and c["variant"] == variant:
+        if c.get("base") == name and {**c["variant"], "steps": c["steps"]} == variant:
             return file
     raise ValueError(
         f"model {name!r} ships no fine-tuned variant {variant}; it ships {variants(name)}. "
@@ -97,7 +107,11 @@ def _variant_file(name: str, variant: dict[str, int]) -> str:
 
 
 def card(name: str, **variant: int) -> dict:
-    """The card of model ``name`` (or of one of its :func:`variants`), as a new dict."""
+    """The card of model ``name`` (or of one of its :func:`variants`), as a new dict.
+
+    ``card("book", n_kv_heads=2)`` is the card of the 100-step conversion; add
+    ``steps=400`` for the longer one.
+    """
     _check_name(name)
     file = _variant_file(name, variant) if variant else name
     return json.loads(json.dumps(_cards()[file]))
@@ -108,6 +122,7 @@ def load(
     *,
     n_kv_heads: int | None = None,
     d_latent: int | None = None,
+    steps: int | None = None,
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
 ) -> TinyDecoder:
@@ -118,9 +133,12 @@ def load(
         n_kv_heads: load the shipped GQA conversion with this many KV heads, uptrained
             after the conversion (see :func:`variants`).
         d_latent: load the shipped MLA conversion with this latent width, fine-tuned.
+        steps: the uptraining budget of that conversion (:data:`DEFAULT_STEPS`, 100, when
+            ``None``); only with ``n_kv_heads`` or ``d_latent``.
         device: where the parameters go.
-        dtype: their dtype (the weights are stored in float32; float64 makes every
-            printed digit CPU-independent).
+        dtype: their dtype (the weights are stored in float32, or float16 where the card
+            says ``weights_dtype``, and load as float32; float64 makes every printed digit
+            CPU-independent).
 
     Returns:
         A :class:`attnlib.TinyDecoder` whose forward returns logits ``(B, N, vocab_size)``.
@@ -135,6 +153,11 @@ def load(
              if v is not None}
     if len(given) > 1:
         raise ValueError(f"give at most one of n_kv_heads and d_latent; got {given}")
+    if steps is not None:
+        if not given:
+            raise ValueError("steps applies to a fine-tuned conversion; give n_kv_heads or "
+                             f"d_latent too (got steps={steps!r} alone)")
+        given["steps"] = steps
     base_card = card(name)
     model = TinyDecoder(**base_card["config"])
     model.load_state_dict(_state(name))
@@ -143,7 +166,7 @@ def load(
         info = card(name, **given)
         model = to_gqa(model, n_kv_heads) if n_kv_heads else to_mla(model, d_latent)
         changed = _state(_variant_file(name, given))
-        model.load_state_dict({**model.state_dict(), **changed})
+        model.load_state_dict({**model.state_dict(), **changed})  # float16 files: cast
     model = model.to(device=device, dtype=dtype).eval()
     model.card = info
     return model

@@ -26,6 +26,7 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from functools import cache
 from pathlib import Path
 
 import torch
@@ -43,6 +44,7 @@ from attnlib.tasks import IGNORE
 
 __all__ = [
     "CARD_DECIMALS",
+    "EVAL_MODEL",
     "FINETUNES",
     "HELD_OUT_SEED",
     "RECIPES",
@@ -50,11 +52,16 @@ __all__ = [
     "Finetune",
     "Recipe",
     "attention_parameters",
+    "eval_loss",
+    "eval_set",
     "evaluate",
+    "evaluation_set",
+    "finetune_file",
     "held_out",
     "main",
     "make",
     "learning_rate",
+    "masked_logits",
     "next_token_loss",
     "position_losses",
     "recipe_config",
@@ -239,9 +246,42 @@ def evaluate(
             "tokens": count}
 
 
+def masked_logits(model: nn.Module, ids: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
+    """The logits of decoder ``model`` when each query may read only the keys ``key_mask`` allows.
+
+    ``key_mask`` is a bool ``(N, N)``, True where query ``i`` may attend to key ``j``; every
+    layer applies it on top of the causal mask, with the RoPE positions ``0 .. N - 1`` of
+    the full sequence. This is what a cache that evicts tokens computes: a window of ``w``
+    tokens is ``attnlib.masks.sliding_window_mask(N, window=w)``, and keeping the first
+    tokens too ("attention sinks") adds their columns. An all-True mask gives ``model(ids)``.
+
+    Args:
+        model: an :class:`attnlib.TinyDecoder`.
+        ids: ``(B, N)`` token ids.
+        key_mask: bool ``(N, N)``.
+
+    Returns:
+        ``(B, N, vocab_size)`` logits.
+
+    Lesson: 05_kv_cache, 08_rope.
+    """
+    n = ids.shape[-1]
+    if key_mask.dtype != torch.bool or tuple(key_mask.shape) != (n, n):
+        raise ValueError(f"key_mask must be a bool tensor of shape ({n}, {n}); got "
+                         f"{key_mask.dtype} {tuple(key_mask.shape)}")
+    x = model.E[ids]  # (B, N, d_model)
+    if model.norm == "peri":
+        x = model.emb_norm(x)
+    for block in model.blocks:
+        x = block(x, causal=True, mask=key_mask)
+    if model.norm != "post":
+        x = model.final_norm(x)
+    return x @ model.output_weights()  # (B, N, vocab_size)
+
+
 def _token_scores(
     model: nn.Module, ids: torch.Tensor, targets: torch.Tensor, *, dtype: torch.dtype | None,
-    batch_size: int,
+    batch_size: int, key_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each position's cross-entropy ``(B, N)`` float64 (0 where the target is ``-100``) and
     whether its largest logit is the target (False there), on the CPU."""
@@ -252,7 +292,9 @@ def _token_scores(
     nll, hit = [], []
     try:
         for start in range(0, ids.shape[0], batch_size):
-            logits = model(ids[start:start + batch_size]).to(torch.float64)  # (b, N, vocab)
+            rows = ids[start:start + batch_size]
+            logits = (model(rows) if key_mask is None
+                      else masked_logits(model, rows, key_mask)).to(torch.float64)
             t = targets[start:start + batch_size]
             keep = t != IGNORE
             logp = torch.log_softmax(logits, dim=-1).gather(-1, t.clamp(min=0)[..., None])
@@ -279,17 +321,21 @@ def position_losses(
     *,
     dtype: torch.dtype | None = torch.float64,
     batch_size: int = 16,
+    key_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The loss at each position, averaged over the rows: ``(N,)`` float64, nats per token.
 
     Entry ``i`` is the mean cross-entropy of the predictions made at position ``i`` (over
     the rows whose target there is not ``-100``; NaN where no row has one). Evaluated like
     :func:`evaluate`, on a float64 copy by default. Averaging blocks of positions shows
-    what happens past the length a model was trained on (lesson 08).
+    what happens past the length a model was trained on (lesson 08). With ``key_mask``
+    (bool ``(N, N)``), every layer lets query ``i`` read only the keys it allows, on top
+    of the causal mask (:func:`masked_logits`): the loss of a cache that evicts tokens.
     """
     check_positive_int("batch_size", batch_size)
     check_token_batch(ids, targets)
-    nll, _ = _token_scores(model, ids, targets, dtype=dtype, batch_size=batch_size)
+    nll, _ = _token_scores(model, ids, targets, dtype=dtype, batch_size=batch_size,
+                           key_mask=key_mask)
     return nll.sum(dim=0) / (targets != IGNORE).sum(dim=0).cpu()  # (N,): NaN where none
 
 
@@ -308,7 +354,9 @@ class Recipe:
     ``config`` is passed to :class:`attnlib.TinyDecoder` (its ``seed`` draws the initial
     weights); ``data_seed`` seeds the generator of the training batches; ``task_kw`` goes to
     the task's generator; ``mix_induction`` adds that many :func:`attnlib.tasks.induction`
-    rows of the same length to every batch (see ``"recall"``).
+    rows of the same length to every batch (see ``"recall"``); ``weights_dtype="float16"``
+    stores the trained weights rounded to float16 (half the bytes; the card reports the loss
+    of the rounded weights, which are what ship, and ``held_out_float32`` the loss before).
     """
 
     task: str
@@ -324,6 +372,7 @@ class Recipe:
     task_kw: dict = field(default_factory=dict)
     mix_induction: int = 0
     description: str = ""
+    weights_dtype: str = "float32"
 
 
 @dataclass(frozen=True)
@@ -336,6 +385,12 @@ class Finetune:
     attention parameters (``W_Q, W_K, W_V, W_O``, or MLA's ``W_L, W_LK, W_LV, W_LQQ, W_O``)
     and leaving the embedding, norms and feed-forward networks as they were. Only those
     tensors are saved, so a variant costs a few hundred kilobytes.
+
+    A value that changes nothing (``n_kv_heads`` equal to the base's, ``d_latent`` at full
+    rank) makes a *control*: the same fine-tune applied to the unconverted model, which
+    measures what the recipe itself does to the loss. The saved files are named
+    ``BASE-gqaG`` or ``BASE-mlaD``, with ``-STEPS`` appended when ``steps`` is not 100
+    (:func:`finetune_file`). ``weights_dtype`` is as in :class:`Recipe`.
     """
 
     base: str
@@ -348,6 +403,7 @@ class Finetune:
     weight_decay: float = 0.1
     clip: float = 1.0
     data_seed: int = 2
+    weights_dtype: str = "float32"
 
 
 _BOOK = {"d_model": 128, "n_layers": 4, "n_heads": 4, "d_head": 16, "d_ff": 256, "seed": 0}
@@ -390,11 +446,38 @@ RECIPES: dict[str, Recipe] = {
         description="as 'book' (same data, steps and seeds), with the output gate of "
                     "chapter 09 on every head",
     ),
+    # The controls of chapters 06 and 07: the same recipe at a second initial seed (the
+    # noise of one training run), and the grouped layouts trained as such from the start.
+    "book-seed1": Recipe(
+        "book", {**_BOOK, "seed": 1}, **_BOOK_TRAINING, weights_dtype="float16",
+        description="as 'book' with initial seed 1 (same data and steps): the spread between "
+                    "the two is the noise of one training run",
+    ),
+    "book-scratch-gqa2": Recipe(
+        "book", {**_BOOK, "n_kv_heads": 2}, **_BOOK_TRAINING, weights_dtype="float16",
+        description="as 'book' (same data, steps and seeds), trained as GQA with G = 2 "
+                    "from the start",
+    ),
+    "book-scratch-gqa1": Recipe(
+        "book", {**_BOOK, "n_kv_heads": 1}, **_BOOK_TRAINING, weights_dtype="float16",
+        description="as 'book' (same data, steps and seeds), trained as MQA (G = 1) from "
+                    "the start",
+    ),
 }
 
 FINETUNES: dict[str, Finetune] = {
     "book-gqa": Finetune("book", "n_kv_heads", (2, 1), steps=100, lr=3e-3),
     "book-nope-mla": Finetune("book-nope", "d_latent", (16, 32, 64), steps=100, lr=3e-3),
+    # The same recipe on the unconverted models (G = H; the exact, full-rank latent), and
+    # every conversion again with four times the budget.
+    "book-gqa-control": Finetune("book", "n_kv_heads", (4,), steps=100, lr=3e-3,
+                                 weights_dtype="float16"),
+    "book-nope-mla-control": Finetune("book-nope", "d_latent", (128,), steps=100, lr=3e-3,
+                                      weights_dtype="float16"),
+    "book-gqa-400": Finetune("book", "n_kv_heads", (4, 2, 1), steps=400, lr=3e-3,
+                             weights_dtype="float16"),
+    "book-nope-mla-400": Finetune("book-nope", "d_latent", (128, 64, 32, 16), steps=400,
+                                  lr=3e-3, weights_dtype="float16"),
 }
 
 
@@ -464,6 +547,43 @@ def held_out(name: str, *, device: torch.device | str | None = None, **overrides
                                     **{**kw, "batch_size": 2000, **overrides})
 
 
+EVAL_MODEL = "book"
+"""The recipe whose held-out set is :func:`eval_set`: every ``book`` model is scored on it."""
+
+
+@cache
+def _eval_set() -> Batch:
+    return held_out(EVAL_MODEL)
+
+
+def eval_set() -> Batch:
+    """THE evaluation set of the book models: ``(ids, targets)``, 64 windows of 128 characters.
+
+    The first 8,192 characters of held-out text, ``held_out("book")``: what every card of a
+    model trained on the book reports (``"held_out"``), and what lessons 05 to 09 score
+    every number they compare on. One set, so that no two compared numbers come from
+    different text. Computed once; the tensors are new copies each call.
+
+    Example:
+        >>> ids, targets = eval_set()
+        >>> tuple(ids.shape), int((targets != -100).sum())
+        ((64, 128), 8192)
+    """
+    ids, targets = _eval_set()
+    return ids.clone(), targets.clone()
+
+
+def eval_loss(model: nn.Module) -> float:
+    """Held-out loss of a book model on :func:`eval_set`, in nats per character (float64).
+
+    ``evaluate(model, *eval_set())["loss"]``: the number its card records as
+    ``held_out["loss"]`` when ``model`` is a shipped model. Lessons 05 to 09 compare only
+    numbers computed this way.
+    """
+    ids, targets = _eval_set()
+    return _evaluate(model, ids, targets)["loss"]
+
+
 CARD_DECIMALS = 5
 """Decimals of the metrics a card records (the tests reproduce them to this precision)."""
 
@@ -472,6 +592,17 @@ def _metrics(model: nn.Module, ids: torch.Tensor, targets: torch.Tensor) -> dict
     m = evaluate(model, ids, targets, check=False)
     return {"loss": round(m["loss"], CARD_DECIMALS),
             "accuracy": round(m["accuracy"], CARD_DECIMALS), "tokens": m["tokens"]}
+
+
+def evaluation_set(name: str) -> str:
+    """What the ``"held_out"`` metrics on model ``name``'s card were measured on, in words."""
+    recipe = RECIPES[check_choice("name", name, list(RECIPES))]
+    if recipe.task == "book":
+        return ("attnlib.train.eval_set(): held_out('book'), the first 64 windows of 128 "
+                "held-out characters (8,192)")
+    ids, _ = held_out(name)
+    return (f"held_out({name!r}): {ids.shape[0]:,} rows of {ids.shape[1]} tokens drawn "
+            f"from torch.Generator().manual_seed({HELD_OUT_SEED})")
 
 
 def _n_params(model: nn.Module) -> int:
@@ -503,22 +634,49 @@ def make(name: str, out: str | Path | None = None, *, log_every: int = 250) -> d
                    warmup=recipe.warmup, weight_decay=recipe.weight_decay, clip=recipe.clip,
                    log_every=log_every)
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    state, float32 = _stored(model, recipe.weights_dtype, ids, targets)
     card = {
         "name": name, "task": recipe.task, "description": recipe.description,
         "config": config, "steps": recipe.steps, "seed": config["seed"],
         "data_seed": recipe.data_seed,
         "recipe": {k: v for k, v in asdict(recipe).items() if k not in ("config", "description")},
+        "evaluation_set": evaluation_set(name),
         "held_out": _metrics(model, ids, targets), "held_out_at_init": at_init,
         "final_train_loss": round(sum(losses[-50:]) / len(losses[-50:]), 4),
         "parameters": _n_params(model), "train_seconds": round(seconds, 1),
         "train_cpu_seconds": round(cpu, 1),
         "torch_version": torch.__version__, "threads": torch.get_num_threads(),
     }
+    if float32 is not None:
+        card.update(weights_dtype=recipe.weights_dtype, held_out_float32=float32)
     if recipe.task == "book":
         card["corpus_sha256"] = tasks.book_sha256()
-    torch.save(model.state_dict(), out / f"{name}.pt")
+    torch.save(state, out / f"{name}.pt")
     (out / f"{name}.json").write_text(json.dumps(card, indent=1) + "\n", encoding="utf-8")
     return card
+
+
+def _stored(model: nn.Module, weights_dtype: str, ids: torch.Tensor, targets: torch.Tensor,
+            keep: Callable[[str], bool] = lambda key: True) -> tuple[dict, dict | None]:
+    """The state dict to save (the keys ``keep`` accepts) in ``weights_dtype``.
+
+    For float16, ``model`` takes the rounded values in place (so that what the card then
+    measures is what ships), and the second result is the held-out metrics before rounding.
+    """
+    check_choice("weights_dtype", weights_dtype, ("float32", "float16"))
+    state = {k: v for k, v in model.state_dict().items() if keep(k)}
+    if weights_dtype == "float32":
+        return state, None
+    before = _metrics(model, ids, targets)
+    state = {k: v.to(torch.float16) for k, v in state.items()}
+    model.load_state_dict(state, strict=False)  # copies, casting back to float32
+    return state, before
+
+
+def finetune_file(base: str, conversion: str, value: int, steps: int) -> str:
+    """The file name (no suffix) of a fine-tuned conversion: ``book-gqa2``, ``book-gqa2-400``."""
+    kind = "gqa" if conversion == "n_kv_heads" else "mla"
+    return f"{base}-{kind}{value}" + ("" if steps == 100 else f"-{steps}")
 
 
 def _make_finetunes(name: str, out: Path, *, log_every: int) -> list[dict]:
@@ -542,11 +700,14 @@ def _make_finetunes(name: str, out: Path, *, log_every: int) -> list[dict]:
               weight_decay=ft.weight_decay, clip=ft.clip, parameters=params,
               log_every=log_every)
         seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
-        file = f"{ft.base}-{'gqa' if ft.conversion == 'n_kv_heads' else 'mla'}{value}"
+        state, float32 = _stored(model, ft.weights_dtype, ids, targets,
+                                 keep=lambda key: ".attn." in key)
+        file = finetune_file(ft.base, ft.conversion, value, ft.steps)
         card = {
             "name": file, "base": ft.base, "variant": {ft.conversion: value},
             "config": model.card["config"], "steps": ft.steps, "seed": ft.data_seed,
             "recipe": {k: v for k, v in asdict(ft).items() if k != "values"},
+            "evaluation_set": evaluation_set(ft.base),
             "held_out_converted": before, "held_out": _metrics(model, ids, targets),
             "held_out_base": base_card["held_out"],
             "parameters": _n_params(model),
@@ -554,7 +715,8 @@ def _make_finetunes(name: str, out: Path, *, log_every: int) -> list[dict]:
             "train_seconds": round(seconds, 1), "train_cpu_seconds": round(cpu, 1),
             "torch_version": torch.__version__,
         }
-        state = {k: v for k, v in model.state_dict().items() if ".attn." in k}
+        if float32 is not None:
+            card.update(weights_dtype=ft.weights_dtype, held_out_float32=float32)
         torch.save(state, out / f"{file}.pt")
         (out / f"{file}.json").write_text(json.dumps(card, indent=1) + "\n", encoding="utf-8")
         cards.append(card)

@@ -25,10 +25,44 @@ def _close_to_card(got: dict, card: dict) -> None:
 
 def test_the_shipped_models():
     assert set(MODELS) == set(train.RECIPES)  # every recipe ships, and nothing else
-    for ft in train.FINETUNES.values():  # and every fine-tuned conversion
-        assert pretrained.variants(ft.base) == [{ft.conversion: v} for v in sorted(ft.values)]
+    for base in {ft.base for ft in train.FINETUNES.values()}:  # and every fine-tuned conversion
+        made = [{ft.conversion: v, "steps": ft.steps} for ft in train.FINETUNES.values()
+                if ft.base == base for v in ft.values]
+        assert pretrained.variants(base) == sorted(made, key=lambda v: tuple(sorted(v.items())))
+    files = {p.stem for p in pretrained.WEIGHTS.glob("*.pt")}
+    assert files == {p.stem for p in pretrained.WEIGHTS.glob("*.json")}
+    assert len(files) == len(MODELS) + len(VARIANTS)
     total = sum(p.stat().st_size for p in pretrained.WEIGHTS.glob("*.pt"))
-    assert total < 10 * 2**20, total
+    assert total < 20 * 2**20, total
+
+
+def test_float16_weights_change_no_printed_number():
+    """Where a card says its weights are stored in float16, they are, and rounding them moved
+    the held-out loss by less than the third decimal the lessons print can show."""
+    stored = [c for c in pretrained._cards().values() if "weights_dtype" in c]
+    assert len(stored) >= 10
+    for card in stored:
+        assert card["weights_dtype"] == "float16"
+        state = torch.load(pretrained.WEIGHTS / f"{card['name']}.pt", weights_only=True)
+        assert {v.dtype for v in state.values()} == {torch.float16}, card["name"]
+        before, after = card["held_out_float32"]["loss"], card["held_out"]["loss"]
+        assert abs(before - after) < 1e-4, (card["name"], before, after)
+        # each card names its recipe, seeds, steps, evaluation set, CPU time, parameters
+        for key in ("recipe", "seed", "steps", "evaluation_set", "train_cpu_seconds",
+                    "parameters", "held_out"):
+            assert key in card, (card["name"], key)
+        assert "8,192" in card["evaluation_set"]
+
+
+def test_every_book_model_reports_the_one_evaluation_set():
+    ids, targets = train.eval_set()
+    assert ids.shape == (64, 128) and int((targets != -100).sum()) == 8192
+    for name in [n for n in MODELS if train.RECIPES[n].task == "book"]:
+        held = train.held_out(name)
+        assert torch.equal(held[0], ids) and torch.equal(held[1], targets), name
+        assert pretrained.card(name)["held_out"]["tokens"] == 8192
+    model = pretrained.load("book-scratch-gqa1")
+    assert round(train.eval_loss(model), train.CARD_DECIMALS) == model.card["held_out"]["loss"]
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -51,11 +85,13 @@ def test_each_model_meets_its_card(name):
 def test_each_fine_tuned_conversion_meets_its_card(name, variant):
     model = pretrained.load(name, **variant)
     card = model.card
-    assert card["base"] == name and card["variant"] == variant
+    conversion = {k: v for k, v in variant.items() if k != "steps"}
+    assert card["base"] == name and card["variant"] == conversion
+    assert card["steps"] == variant["steps"]
     ids, targets = train.held_out(name)
     _close_to_card(train.evaluate(model, ids, targets, dtype=None), card["held_out"])
     convert = pretrained.to_gqa if "n_kv_heads" in variant else pretrained.to_mla
-    converted = convert(pretrained.load(name), *variant.values())
+    converted = convert(pretrained.load(name), *conversion.values())
     _close_to_card(train.evaluate(converted, ids, targets, dtype=None),
                    card["held_out_converted"])
 
@@ -68,6 +104,20 @@ def test_each_model_decodes_the_same_with_and_without_a_cache(name):
     assert torch.equal(with_cache, model.generate(prompt, 24, use_cache=False))
 
 
+def test_the_default_budget_is_the_100_step_conversion():
+    assert pretrained.card("book", n_kv_heads=2) == pretrained.card("book", n_kv_heads=2,
+                                                                    steps=100)
+    assert pretrained.card("book", n_kv_heads=2, steps=400)["name"] == "book-gqa2-400"
+
+
+def test_the_controls_convert_nothing():
+    """The controls' conversions are exact: right after them the loss is the source's."""
+    for name, variant in (("book", {"n_kv_heads": 4}), ("book-nope", {"d_latent": 128})):
+        for steps in (100, 400):
+            card = pretrained.card(name, **variant, steps=steps)
+            assert card["held_out_converted"]["loss"] == card["held_out_base"]["loss"]
+
+
 def test_recall_is_solved_and_was_not_at_initialisation():
     card = pretrained.card("recall")
     assert card["held_out"]["accuracy"] >= 0.95
@@ -78,7 +128,11 @@ def test_load_refuses_unknown_names_and_variants():
     with pytest.raises(ValueError, match=r"name must be one of the shipped models \[.*'book'"):
         pretrained.load("gpt2")
     with pytest.raises(ValueError, match="ships no fine-tuned variant"):
-        pretrained.load("book", n_kv_heads=4)
+        pretrained.load("book", n_kv_heads=3)
+    with pytest.raises(ValueError, match="ships no fine-tuned variant"):
+        pretrained.load("book", n_kv_heads=2, steps=200)
+    with pytest.raises(ValueError, match="steps applies to a fine-tuned conversion"):
+        pretrained.load("book", steps=400)
     with pytest.raises(ValueError, match="at most one of n_kv_heads and d_latent"):
         pretrained.load("book", n_kv_heads=2, d_latent=8)
 

@@ -110,7 +110,26 @@ def test_position_losses_average_each_position_over_rows():
         assert math.isclose(got[i].item(), torch.stack(nll).mean().item(), rel_tol=1e-9)
 
 
-@pytest.mark.parametrize("name", sorted(train.FINETUNES))
+def _converts_nothing(ft, value) -> bool:
+    """G = H, or the full-rank latent: the control's conversion."""
+    model = attnlib.pretrained.load(ft.base)
+    attn = model.blocks[0].attn
+    exact = attn.n_kv_heads if ft.conversion == "n_kv_heads" else min(
+        model.d_model, 2 * attn.n_kv_heads * attn.d_head)
+    return value == exact
+
+
+LOSSY = sorted(n for n, ft in train.FINETUNES.items() if not _converts_nothing(ft, min(ft.values)))
+
+
+def test_each_control_converts_nothing_and_each_other_fine_tune_something():
+    assert set(LOSSY) == {"book-gqa", "book-nope-mla", "book-gqa-400", "book-nope-mla-400"}
+    for name in set(train.FINETUNES) - set(LOSSY):
+        assert all(_converts_nothing(train.FINETUNES[name], v)
+                   for v in train.FINETUNES[name].values)
+
+
+@pytest.mark.parametrize("name", LOSSY)
 def test_fifty_steps_of_each_fine_tune_recover_loss_after_the_conversion(name):
     """Each conversion of its shipped base at the strongest cut, then 50 steps of its recipe
     on attention alone: the held-out loss falls, and nothing outside attention changes."""
@@ -129,3 +148,29 @@ def test_fifty_steps_of_each_fine_tune_recover_loss_after_the_conversion(name):
     end = train.evaluate(model, ids, targets, dtype=None)["loss"]
     assert end < start - 0.05, (start, end)
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in frozen.items())
+
+
+def test_masked_logits_with_every_key_allowed_is_the_model():
+    model = attnlib.TinyDecoder(32, d_model=16, n_layers=2, n_heads=2, seed=0).double()
+    ids, _ = tasks.induction(batch_size=3, n_tokens=12, generator=torch.Generator())
+    everything = torch.ones(12, 12, dtype=torch.bool)
+    torch.testing.assert_close(train.masked_logits(model, ids, everything), model(ids))
+    window = attnlib.masks.sliding_window_mask(12, window=4)
+    cut = train.masked_logits(model, ids, window)
+    torch.testing.assert_close(cut[:, :4], model(ids)[:, :4])  # nothing evicted yet
+    assert (cut[:, 4:] - model(ids)[:, 4:]).abs().max() > 1e-6  # then the window matters
+    with pytest.raises(ValueError, match="key_mask must be a bool tensor of shape"):
+        train.masked_logits(model, ids, everything[:5])
+    losses = train.position_losses(model, ids, ids, key_mask=window)
+    assert losses.shape == (12,)
+
+
+def test_the_one_evaluation_set_is_the_book_cards_held_out_set():
+    ids, targets = train.eval_set()
+    held = train.held_out("book")
+    assert torch.equal(ids, held[0]) and torch.equal(targets, held[1])
+    ids[0, 0] = -1  # a copy: the next call is unchanged
+    assert train.eval_set()[0][0, 0] == held[0][0, 0]
+    model = attnlib.pretrained.load("book")
+    assert round(train.eval_loss(model), train.CARD_DECIMALS) == model.card["held_out"]["loss"]
+    assert "8,192" in train.evaluation_set("book-nope")

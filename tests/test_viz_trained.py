@@ -1,7 +1,7 @@
-"""Tests for the trained-model dial of lessons 06 and 07 (attnlib.viz.trained, with
+"""Tests for the trained-model dials of lessons 06 and 07 (attnlib.viz.trained, with
 attnlib.viz.gqa.trained_* and attnlib.viz.mla.trained_*): cache bytes against the closed
-forms, losses against the metrics each model's card recorded when it was trained, and the
-figures' marked setting and numbers against the table."""
+forms, losses against the one evaluation set and the metrics each card recorded, the
+controls, and the figures' marked setting and numbers against the table."""
 
 from __future__ import annotations
 
@@ -20,12 +20,15 @@ N_LAYERS, N_HEADS, D_HEAD, FLOAT32 = 4, 4, 16, 4  # the book models' shape
 def test_gqa_table_cache_is_the_closed_form_and_pooling_to_h_changes_nothing():
     table = vg.trained_table()
     assert list(table.index) == [4, 2, 1]
+    assert list(table.columns) == [vt.CACHE, *(vt.budget_column(b) for b in vt.BUDGETS)]
     for G in table.index:  # 2 N_L G d_head bytes per token, in float32
         assert table.loc[G, vt.CACHE] == 2 * N_LAYERS * G * D_HEAD * FLOAT32
     assert table.attrs["source cache"] == table.loc[4, vt.CACHE]
-    assert table.loc[4, vt.CONVERTED] == table.attrs["source loss"]  # G = H: exact
-    assert math.isnan(table.loc[4, vt.AFTER])  # no uptraining ships at G = H
+    assert table.loc[4, "loss, 0 steps"] == table.attrs["source loss"]  # G = H: exact
+    assert not table.isna().any().any()  # every G ships at every budget, the control too
     assert table.attrs["uniform loss"] == round(math.log(101), 3)
+    seeds = [attnlib.pretrained.card(n)["held_out"]["loss"] for n in vt.SEEDS]
+    assert table.attrs["seed spread"] == round(abs(seeds[0] - seeds[1]), 3) > 0
 
 
 def test_mla_table_cache_is_the_closed_form_and_the_full_latent_is_exact():
@@ -34,67 +37,103 @@ def test_mla_table_cache_is_the_closed_form_and_the_full_latent_is_exact():
     for d_L in table.index:  # N_L d_L numbers per token
         assert table.loc[d_L, vt.CACHE] == N_LAYERS * d_L * FLOAT32
     assert table.attrs["source cache"] == 2 * N_LAYERS * N_HEADS * D_HEAD * FLOAT32
-    assert table.loc[2 * N_HEADS * D_HEAD, vt.CONVERTED] == table.attrs["source loss"]
-    shipped = [d_L for d_L in table.index if not math.isnan(table.loc[d_L, vt.AFTER])]
-    assert shipped == [16, 32, 64]
-    assert table[vt.CONVERTED].is_monotonic_decreasing  # on this model, as lesson 07 says
+    assert table.loc[2 * N_HEADS * D_HEAD, "loss, 0 steps"] == table.attrs["source loss"]
+    for b in (100, 400):
+        shipped = [d_L for d_L in table.index
+                   if not math.isnan(table.loc[d_L, vt.budget_column(b)])]
+        assert shipped == [16, 32, 64, 128]
+    assert table["loss, 0 steps"].is_monotonic_decreasing  # on this model, as lesson 07 says
+    assert {(d, b) for d in table.index for b in vt.BUDGETS
+            if not math.isnan(table.loc[d, vt.budget_column(b)])} == set(vm.TRAINED_SETTINGS)
+
+
+def test_conversions_without_a_card_are_measured_on_the_one_evaluation_set():
+    table = vm.trained_table()
+    model = attnlib.pretrained.to_mla(attnlib.pretrained.load("book-nope"), 96)
+    assert table.loc[96, "loss, 0 steps"] == round(attnlib.train.eval_loss(model), 3)
 
 
 @pytest.mark.parametrize(("name", "conversion", "value"),
-                         [("book", "n_kv_heads", 2), ("book-nope", "d_latent", 16)])
-def test_losses_reproduce_the_cards_on_the_cards_held_out_text(name, conversion, value):
-    # The cards were written when the fine-tunes were trained, on all 64 held-out windows.
-    table = vt.dial_table(name, conversion, (value,), n_windows=64)
-    card = attnlib.pretrained.card(name, **{conversion: value})
-    assert table.loc[value, vt.CONVERTED] == round(card["held_out_converted"]["loss"], 3)
-    assert table.loc[value, vt.AFTER] == round(card["held_out"]["loss"], 3)
-    assert table.attrs["source loss"] == round(card["held_out_base"]["loss"], 3)
+                         [("book", "n_kv_heads", 2), ("book-nope", "d_latent", 16),
+                          ("book", "n_kv_heads", 4), ("book-nope", "d_latent", 128)])
+def test_losses_are_the_cards_on_the_one_evaluation_set(name, conversion, value):
+    table = vt.dial_table(name, conversion, (value,))
+    for steps in (100, 400):
+        card = attnlib.pretrained.card(name, **{conversion: value}, steps=steps)
+        assert table.loc[value, "loss, 0 steps"] == round(card["held_out_converted"]["loss"], 3)
+        assert table.loc[value, vt.budget_column(steps)] == round(card["held_out"]["loss"], 3)
+        assert table.attrs["source loss"] == round(card["held_out_base"]["loss"], 3)
+    model = attnlib.pretrained.load(name, **{conversion: value}, steps=400)
+    assert table.loc[value, "loss, 400 steps"] == round(attnlib.train.eval_loss(model), 3)
+
+
+def test_scratch_table_lists_the_recipe_at_every_layout():
+    table = vt.scratch_table()
+    assert list(table.index) == list(vt.SCRATCH)
+    cached = dict(zip(table.index, table["numbers cached per token and layer"], strict=True))
+    assert cached == {"book": 128, "book-seed1": 128, "book-scratch-gqa2": 64,
+                      "book-scratch-gqa1": 32}
+    for name in table.index:
+        card = attnlib.pretrained.card(name)
+        assert card["recipe"]["steps"] == 2000 and card["data_seed"] == 1
+        assert table.loc[name, vt.CACHE] == N_LAYERS * cached[name] * FLOAT32
+        assert table.loc[name, "loss"] == round(card["held_out"]["loss"], 3)
+    assert table.loc["book", "above 'book'"] == 0
 
 
 def test_dial_table_is_computed_once_and_returned_as_a_copy():
     first = vg.trained_table()
-    first.loc[2, vt.CONVERTED] = -1.0
+    first.loc[2, "loss, 0 steps"] = -1.0
     first.attrs["source loss"] = -1.0
     again = vg.trained_table()
-    assert again.loc[2, vt.CONVERTED] > 0 and again.attrs["source loss"] > 0
+    assert again.loc[2, "loss, 0 steps"] > 0 and again.attrs["source loss"] > 0
 
 
-@pytest.mark.parametrize(("figure", "value", "others"),
-                         [(vg.trained_figure, 2, vg.TRAINED_KV_HEADS),
-                          (vm.trained_figure, 32, vm.TRAINED_LATENTS)])
-def test_figure_marks_the_setting_and_states_its_numbers(figure, value, others):
+@pytest.mark.parametrize(("figure", "value", "steps", "others", "control"),
+                         [(vg.trained_figure, 2, 100, vg.TRAINED_KV_HEADS, 4),
+                          (vm.trained_figure, 32, 400, vm.TRAINED_LATENTS, 128)])
+def test_figure_marks_the_setting_and_states_its_numbers(figure, value, steps, others,
+                                                        control):
     table = (vg if figure is vg.trained_figure else vm).trained_table()
-    fig = figure(value)
+    fig = figure(value, steps)
     bars = next(t for t in fig.data if t.type == "bar")
     assert list(bars.x) == [str(v) for v in others]
     assert list(bars.y) == [int(b) for b in table[vt.CACHE]]
     marked = [t for t in fig.data if t.type == "scatter" and t.showlegend is False]
-    assert [t.x for t in marked] == [(str(value),)] * 2  # converted and fine-tuned, ringed
-    assert {t.y[0] for t in marked} == {table.loc[value, vt.CONVERTED], table.loc[value, vt.AFTER]}
+    now = table.loc[value, vt.budget_column(steps)]
+    assert [(t.x, t.y) for t in marked] == [((f"{steps} steps",), (now,))]
+    ctrl = table.loc[control, vt.budget_column(steps)]
     title = fig.layout.title.text
-    assert f"{table.loc[value, vt.CONVERTED]:.3f}" in title
-    assert f"{int(table.loc[value, vt.CACHE]):,} cache bytes" in title
+    assert f"loss {now:.3f}, {now - ctrl:+.3f} against the control" in title
+    assert f"{int(table.loc[value, vt.CACHE]):,} bytes per token" in title
+    assert f"{table.attrs['seed spread']:.3f}" in title
+    lines = [t for t in fig.data if t.type == "scatter" and t.mode == "lines+markers"]
+    dashed = [t for t in lines if t.line.dash == "dash"]
+    assert len(dashed) == 1 and "control" in dashed[0].name
 
 
-def test_figure_without_a_fine_tune_marks_only_the_conversion():
-    fig = vm.trained_figure(128)
-    marked = [t for t in fig.data if t.type == "scatter" and t.showlegend is False]
-    assert len(marked) == 1 and "after 100 steps" not in fig.layout.title.text
+def test_gqa_figure_draws_the_from_scratch_models():
+    fig = vg.trained_figure(1, 400)
+    square = next(t for t in fig.data if t.type == "scatter" and t.marker.symbol == "square")
+    assert list(square.y) == [round(attnlib.pretrained.card(n)["held_out"]["loss"], 3)
+                              for n in vg.TRAINED_SCRATCH.values()]
 
 
-def test_twins_offer_every_setting():
-    for figure, name, values in ((vg.trained_figure, "n_kv_heads", vg.TRAINED_KV_HEADS),
-                                 (vm.trained_figure, "d_latent", vm.TRAINED_LATENTS)):
-        fig = attnlib.viz.twin(figure, name, list(values))
+def test_twins_offer_every_shipped_setting():
+    for figure, names, values in (
+            (vg.trained_figure, ("n_kv_heads", "steps"), vg.TRAINED_SETTINGS),
+            (vm.trained_figure, ("d_latent", "steps"), vm.TRAINED_SETTINGS)):
+        fig = attnlib.viz.twin(figure, names, list(values))
         assert len(fig.layout.sliders[0].steps) == len(values)
-        assert len(fig.to_json()) < 200_000
+        assert len(fig.to_json()) < 400_000
 
 
 @pytest.mark.parametrize(("call", "message"), [
     (lambda: vg.trained_figure(3), "n_kv_heads must be one of"),
+    (lambda: vg.trained_figure(2, 200), r"steps must be one of \[0, 100, 400\]; got 200"),
     (lambda: vm.trained_figure(12), r"d_latent must be one of \[8, 16, 32, 64, 96, 128\]; got 12"),
+    (lambda: vm.trained_figure(8, 100), "no model ships at d_L = 8 after 100 steps"),
     (lambda: vt.dial_table("book", "heads", (2,)), "conversion must be one of"),
-    (lambda: vg.trained_table(n_windows=0), "n_windows"),
 ])
 def test_bad_arguments_are_refused_by_name(call, message):
     with pytest.raises(ValueError, match=message):

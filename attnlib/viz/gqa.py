@@ -38,7 +38,7 @@ from attnlib.gqa import MultiHeadAttention, gqa_from_mha
 from attnlib.heads import kv_head_index
 from attnlib.memory import ModelSpec
 from attnlib.viz.style import COLORS, HEIGHT, OKABE_ITO, rounded, style
-from attnlib.viz.trained import dial_figure, dial_table
+from attnlib.viz.trained import BUDGETS, dial_figure, dial_table
 
 __all__ = [
     "D_HEAD",
@@ -60,6 +60,8 @@ __all__ = [
     "seed_table",
     "TRAINED_KV_HEADS",
     "TRAINED_MODEL",
+    "TRAINED_SCRATCH",
+    "TRAINED_SETTINGS",
     "trained_figure",
     "trained_table",
     "weight_error",
@@ -374,22 +376,20 @@ def explorer_table(settings: Sequence[tuple[int, int]] = EXPLORER_SETTINGS, *,
     return table
 
 
-def trained_table(*, n_windows: int = 16) -> pd.DataFrame:
+def trained_table() -> pd.DataFrame:
     """The trained book model mean-pooled to each ``G`` of :data:`TRAINED_KV_HEADS`.
 
     :func:`attnlib.viz.trained.dial_table` of :data:`TRAINED_MODEL`: per ``G``, the cache
-    bytes per token (float32, 4 layers), the held-out loss right after
-    :func:`attnlib.pretrained.to_gqa`, and after the 100 steps of uptraining that ship with
-    the model (NaN at ``G = H``, where pooling changes nothing).
-
-    Args:
-        n_windows: held-out windows of 128 characters (16: 2,048 characters).
+    bytes per token (float32, 4 layers) and the held-out loss on
+    :func:`attnlib.train.eval_set` right after :func:`attnlib.pretrained.to_gqa` and after
+    the 100 and 400 steps of uptraining that ship with the model. ``G = H`` is the control:
+    pooling changes nothing there, so its row is the fine-tune alone.
 
     Returns:
-        pd.DataFrame indexed by ``G``; ``attrs`` holds the source's loss and cache.
+        pd.DataFrame indexed by ``G``; ``attrs`` holds the source's loss and cache and the
+        seed spread of the ``book`` recipe.
     """
-    check_positive_int("n_windows", n_windows)
-    return dial_table(TRAINED_MODEL, "n_kv_heads", TRAINED_KV_HEADS, n_windows=n_windows)
+    return dial_table(TRAINED_MODEL, "n_kv_heads", TRAINED_KV_HEADS)
 
 
 # ---------------------------------------------------------------------------------------
@@ -397,23 +397,38 @@ def trained_table(*, n_windows: int = 16) -> pd.DataFrame:
 # ---------------------------------------------------------------------------------------
 
 
-def trained_figure(n_kv_heads: int = 2) -> go.Figure:
-    """The trained explorer: ``G`` against held-out loss and cache bytes, ``G`` marked.
+TRAINED_SCRATCH: dict[int, str] = {4: "book", 2: "book-scratch-gqa2", 1: "book-scratch-gqa1"}
+"""The models trained from scratch with the ``book`` recipe, by ``G`` (``G = 4`` is ``book``
+itself)."""
 
-    :func:`attnlib.viz.trained.dial_figure` of :func:`trained_table`.
+
+def trained_figure(n_kv_heads: int = 2, steps: int = 100) -> go.Figure:
+    """The trained explorer: loss against the uptraining budget for each ``G``; one marked.
+
+    :func:`attnlib.viz.trained.dial_figure` of :func:`trained_table`, with ``G = H = 4``
+    as the control and the from-scratch models of :data:`TRAINED_SCRATCH`.
 
     Args:
         n_kv_heads: ``G``, one of :data:`TRAINED_KV_HEADS`.
+        steps: the uptraining budget, one of :data:`attnlib.viz.trained.BUDGETS`.
 
     Returns:
-        go.Figure: the loss curves and the cache bars.
+        go.Figure: the loss lines and the cache bars.
     """
+    from attnlib import pretrained
+
     table = trained_table()
+    scratch = {G: round(pretrained.card(name)["held_out"]["loss"], 3)
+               for G, name in TRAINED_SCRATCH.items()}
     return dial_figure(table, check_choice("n_kv_heads", n_kv_heads, list(TRAINED_KV_HEADS)),
-                       setting="G", source_loss=table.attrs["source loss"],
-                       uniform_loss=table.attrs["uniform loss"],
-                       source_cache=table.attrs["source cache"], model=f"'{TRAINED_MODEL}'",
-                       conversion="mean pooling")
+                       check_choice("steps", steps, list(BUDGETS)), setting="G",
+                       control=max(TRAINED_KV_HEADS), scratch=scratch,
+                       model=f"'{TRAINED_MODEL}'", conversion="mean pooling")
+
+
+TRAINED_SETTINGS: tuple[tuple[int, int], ...] = tuple(
+    (G, b) for G in TRAINED_KV_HEADS for b in BUDGETS)
+"""Every ``(G, steps)`` of the trained explorer and its twin."""
 
 
 def group_map_figure(n_heads: int = 8, kv_heads: Sequence[int] = (8, 4, 2, 1)) -> go.Figure:

@@ -32,7 +32,7 @@ from attnlib.gqa import GroupedQueryAttention
 from attnlib.memory import DEEPSEEK_V2, ModelSpec
 from attnlib.mla import MultiHeadLatentAttention, mla_from_mha
 from attnlib.viz.style import COLORS, DASHES, HEIGHT, OKABE_ITO, rounded, style
-from attnlib.viz.trained import dial_figure, dial_table
+from attnlib.viz.trained import BUDGETS, dial_figure, dial_table
 
 __all__ = [
     "CONTEXTS",
@@ -48,6 +48,7 @@ __all__ = [
     "names_table",
     "TRAINED_LATENTS",
     "TRAINED_MODEL",
+    "TRAINED_SETTINGS",
     "trained_figure",
     "trained_table",
 ]
@@ -377,38 +378,44 @@ def latent_width_figure(d_latent: int = 8, *, seed: int = SEED) -> go.Figure:
     return fig
 
 
-def trained_table(*, n_windows: int = 8) -> pd.DataFrame:
+def trained_table() -> pd.DataFrame:
     """The trained ``book-nope`` model converted to MLA at each ``d_L`` of :data:`TRAINED_LATENTS`.
 
     :func:`attnlib.viz.trained.dial_table` of :data:`TRAINED_MODEL`: per ``d_L``, the cache
-    bytes per token (float32, 4 layers), the held-out loss right after
-    :func:`attnlib.pretrained.to_mla`, and after the 100 steps of fine-tuning that ship with
-    the model at ``d_L = 16, 32, 64`` (NaN elsewhere).
-
-    Args:
-        n_windows: held-out windows of 128 characters (8: 1,024 characters).
+    bytes per token (float32, 4 layers) and the held-out loss on
+    :func:`attnlib.train.eval_set` right after :func:`attnlib.pretrained.to_mla`, and after
+    the 100 and 400 steps of fine-tuning that ship with the model at ``d_L = 16, 32, 64``
+    and at the exact ``d_L = 128``, the control (NaN elsewhere).
 
     Returns:
-        pd.DataFrame indexed by ``d_L``; ``attrs`` holds the source's loss and cache.
+        pd.DataFrame indexed by ``d_L``; ``attrs`` holds the source's loss and cache and the
+        seed spread of the ``book`` recipe.
     """
-    check_positive_int("n_windows", n_windows)
-    return dial_table(TRAINED_MODEL, "d_latent", TRAINED_LATENTS, n_windows=n_windows)
+    return dial_table(TRAINED_MODEL, "d_latent", TRAINED_LATENTS)
 
 
-def trained_figure(d_latent: int = 32) -> go.Figure:
-    """The trained explorer: ``d_L`` against held-out loss and cache bytes, ``d_L`` marked.
+TRAINED_SETTINGS: tuple[tuple[int, int], ...] = (
+    *((d_L, 0) for d_L in (8, 96)),
+    *((d_L, b) for d_L in (16, 32, 64, 128) for b in BUDGETS))
+"""Every ``(d_L, steps)`` that ships a model: the trained explorer's twin offers these."""
 
-    :func:`attnlib.viz.trained.dial_figure` of :func:`trained_table`.
+
+def trained_figure(d_latent: int = 32, steps: int = 100) -> go.Figure:
+    """The trained explorer: loss against the fine-tuning budget for each ``d_L``; one marked.
+
+    :func:`attnlib.viz.trained.dial_figure` of :func:`trained_table`, with the exact
+    ``d_L = 128`` as the control. ``d_L = 8`` and ``96`` ship no fine-tune: only
+    ``steps=0`` is offered there.
 
     Args:
         d_latent: ``d_L``, one of :data:`TRAINED_LATENTS`.
+        steps: the fine-tuning budget, one of :data:`attnlib.viz.trained.BUDGETS`.
 
     Returns:
-        go.Figure: the loss curves and the cache bars.
+        go.Figure: the loss lines and the cache bars.
     """
     table = trained_table()
     return dial_figure(table, check_choice("d_latent", d_latent, list(TRAINED_LATENTS)),
-                       setting="d_L", source_loss=table.attrs["source loss"],
-                       uniform_loss=table.attrs["uniform loss"],
-                       source_cache=table.attrs["source cache"], model=f"'{TRAINED_MODEL}'",
+                       check_choice("steps", steps, list(BUDGETS)), setting="d_L",
+                       control=max(TRAINED_LATENTS), model=f"'{TRAINED_MODEL}'",
                        conversion="the SVD of [W_K | W_V]")

@@ -1,12 +1,22 @@
-"""The trained-model dial of lessons 06 and 07: what a conversion saves and what it costs.
+"""The trained-model dials of lessons 06 and 07: what a conversion saves and what it costs.
 
 Both lessons convert a small trained model that :mod:`attnlib.pretrained` ships, lesson 06
 by mean pooling its key/value heads to ``G`` (:func:`attnlib.viz.gqa.trained_figure`),
 lesson 07 by factoring its keys and values through a latent of width ``d_L``
-(:func:`attnlib.viz.mla.trained_figure`). Each computes a table with one row per setting,
-and :func:`dial_figure` draws it: the held-out loss against the setting, right after the
-conversion and after the short fine-tune that ships with the model, beside the cache bytes
-per token that the setting keeps.
+(:func:`attnlib.viz.mla.trained_figure`), and then fine-tune the attention of each
+conversion for a budget of 0, 100 or 400 steps. A dial is read against three references,
+all scored on the one evaluation set :func:`attnlib.train.eval_set`:
+
+- the *control*: the same fine-tune applied to a conversion that changes nothing (``G = H``,
+  or the full-rank latent), which measures what the recipe alone does to the loss;
+- the *noise*: the same training recipe at two initial seeds (``book`` and ``book-seed1``);
+- the *from-scratch* points: the cheaper layout trained as such with the source's recipe.
+
+:func:`dial_table` holds one row per setting and one column per budget, :func:`dial_figure`
+draws it, and :func:`scratch_table` lists the models trained from scratch. The losses of
+shipped models are read from their cards, which record them on :func:`attnlib.train.eval_set`
+(``tests/test_pretrained.py`` re-measures every card from the weights); a conversion that
+ships no card is measured here with :func:`attnlib.train.eval_loss`.
 
 Lesson: 06_gqa, 07_mla.
 """
@@ -23,20 +33,44 @@ from plotly.subplots import make_subplots
 
 from attnlib.viz.style import COLORS, DASHES, HEIGHT, OKABE_ITO, rounded, style
 
-__all__ = ["AFTER", "CACHE", "CONVERSIONS", "CONVERTED", "dial_figure", "dial_table"]
+__all__ = [
+    "BUDGETS",
+    "CACHE",
+    "CONVERSIONS",
+    "SCRATCH",
+    "SEEDS",
+    "budget_column",
+    "dial_figure",
+    "dial_table",
+    "scratch_table",
+]
 
 CONVERSIONS = ("n_kv_heads", "d_latent")
 """The settings a dial turns: :func:`attnlib.pretrained.to_gqa`'s ``n_kv_heads`` and
 :func:`attnlib.pretrained.to_mla`'s ``d_latent``."""
 
+BUDGETS: tuple[int, ...] = (0, 100, 400)
+"""The uptraining budgets of a dial, in steps (0: the conversion alone)."""
+
 CACHE = "cache bytes per token"
 """Column of a dial table: cache bytes per token over all layers, at the model's precision."""
 
-CONVERTED = "loss, converted"
-"""Column of a dial table: held-out loss (nats per token) right after the conversion."""
+SEEDS: tuple[str, ...] = ("book", "book-seed1")
+"""The same recipe at initial seeds 0 and 1: their spread is the noise of one training run."""
 
-AFTER = "loss, after 100 steps"
-"""Column of a dial table: held-out loss after the shipped fine-tune; NaN where none ships."""
+SCRATCH: dict[str, str] = {
+    "book": "MHA, G = 4 (seed 0)",
+    "book-seed1": "MHA, G = 4 (seed 1)",
+    "book-scratch-gqa2": "GQA, G = 2",
+    "book-scratch-gqa1": "MQA, G = 1",
+}
+"""The models trained from scratch with the ``book`` recipe (RoPE, same data and steps), by
+name, with the layout of their attention."""
+
+
+def budget_column(steps: int) -> str:
+    """The dial table's column of the loss after ``steps`` steps: ``"loss, 100 steps"``."""
+    return f"loss, {steps} steps"
 
 
 def _cache_bytes(model) -> int:
@@ -47,138 +81,221 @@ def _cache_bytes(model) -> int:
     return sum(cache.nbytes for cache in caches)
 
 
+def _card_loss(name: str, **variant) -> float:
+    from attnlib import pretrained
+
+    return pretrained.card(name, **variant)["held_out"]["loss"]
+
+
 @lru_cache(maxsize=8)
-def _dial_table(name: str, conversion: str, values: tuple, n_windows: int) -> pd.DataFrame:
+def _dial_table(name: str, conversion: str, values: tuple) -> pd.DataFrame:
     from attnlib import pretrained, train
 
     source = pretrained.load(name)
     convert = pretrained.to_gqa if conversion == "n_kv_heads" else pretrained.to_mla
-    shipped = [v[conversion] for v in pretrained.variants(name) if conversion in v]
-    ids, targets = train.held_out(name, n_windows=n_windows)
+    shipped = {(v[conversion], v["steps"]) for v in pretrained.variants(name)
+               if conversion in v}
     rows = {}
     for value in values:
         converted = convert(source, value)
-        after = (train.evaluate(pretrained.load(name, **{conversion: value}), ids, targets)
-                 ["loss"] if value in shipped else math.nan)
-        rows[value] = {CACHE: _cache_bytes(converted),
-                       CONVERTED: round(train.evaluate(converted, ids, targets)["loss"], 3),
-                       AFTER: round(after, 3)}
+        row = {CACHE: _cache_bytes(converted)}
+        for steps in BUDGETS:
+            if steps == 0:
+                tuned = [s for v, s in shipped if v == value]
+                loss = (pretrained.card(name, **{conversion: value, "steps": tuned[0]})
+                        ["held_out_converted"]["loss"] if tuned
+                        else train.eval_loss(converted))
+            elif (value, steps) in shipped:
+                loss = _card_loss(name, **{conversion: value, "steps": steps})
+            else:
+                loss = math.nan
+            row[budget_column(steps)] = round(loss, 3)
+        rows[value] = row
     table = pd.DataFrame.from_dict(rows, orient="index").rename_axis(conversion)
-    table.attrs = {"source loss": round(train.evaluate(source, ids, targets)["loss"], 3),
+    table.attrs = {"source loss": round(_card_loss(name), 3),
                    "source cache": _cache_bytes(source),
-                   "uniform loss": round(math.log(source.vocab_size), 3)}
+                   "uniform loss": round(math.log(source.vocab_size), 3),
+                   "seed spread": round(abs(_card_loss(SEEDS[0]) - _card_loss(SEEDS[1])), 3)}
     return table
 
 
-def dial_table(name: str, conversion: str, values: tuple[int, ...], *,
-               n_windows: int = 16) -> pd.DataFrame:
+def dial_table(name: str, conversion: str, values: tuple[int, ...]) -> pd.DataFrame:
     """Held-out loss and cache of shipped model ``name`` converted at each of ``values``.
 
     Each row converts the model (:func:`attnlib.pretrained.to_gqa` for ``conversion =
     "n_kv_heads"``, :func:`attnlib.pretrained.to_mla` for ``"d_latent"``), measures the
-    bytes one token adds to its caches (by running a token through them) and its held-out
-    loss on ``attnlib.train.held_out(name, n_windows=n_windows)`` (float64, 3 decimals),
-    then the same loss for the fine-tuned conversion that ships with the model
-    (``attnlib.pretrained.load(name, **{conversion: value})``), NaN where none does.
-    ``table.attrs`` holds the source model's loss and cache bytes and ``ln(vocab_size)``.
+    bytes one token adds to its caches (by running a token through them), and gives the
+    held-out loss on :func:`attnlib.train.eval_set` (3 decimals) after each budget of
+    :data:`BUDGETS`: right after the conversion (``"loss, 0 steps"``), and after the 100-
+    and 400-step fine-tunes that ship with the model (``attnlib.pretrained.load(name,
+    **{conversion: value}, steps=...)``), NaN where none ships. The value that changes
+    nothing (``G = H``, the full-rank latent) is the control row. ``table.attrs`` holds
+    the source's loss and cache bytes, ``ln(vocab_size)`` and the seed spread: the
+    difference between the losses of the two seeds of the ``book`` recipe (:data:`SEEDS`).
     Computed once per argument set; a copy is returned.
 
     Args:
         name: a shipped model, e.g. ``"book"`` or ``"book-nope"``.
         conversion: one of :data:`CONVERSIONS`.
         values: the settings, in the order of the rows.
-        n_windows: held-out windows of 128 characters.
 
     Returns:
-        pd.DataFrame indexed by the setting, with columns :data:`CACHE`, :data:`CONVERTED`
-        and :data:`AFTER`.
+        pd.DataFrame indexed by the setting, with columns :data:`CACHE` and one
+        :func:`budget_column` per budget.
     """
     if conversion not in CONVERSIONS:
         raise ValueError(f"conversion must be one of {list(CONVERSIONS)}; got {conversion!r}")
-    table = _dial_table(name, conversion, tuple(values), n_windows)
+    table = _dial_table(name, conversion, tuple(values))
     copy = table.copy()
     copy.attrs = dict(table.attrs)
     return copy
+
+
+@lru_cache(maxsize=1)
+def _scratch_table() -> pd.DataFrame:
+    from attnlib import pretrained
+
+    rows = {}
+    base = _card_loss("book")
+    for name, layout in SCRATCH.items():
+        card = pretrained.card(name)
+        model = pretrained.load(name)
+        attn = model.blocks[0].attn
+        cached = 2 * attn.n_kv_heads * attn.d_head
+        rows[name] = {"attention": layout, "numbers cached per token and layer": cached,
+                      CACHE: _cache_bytes(model), "parameters": card["parameters"],
+                      "loss": round(card["held_out"]["loss"], 3),
+                      "above 'book'": round(card["held_out"]["loss"] - base, 3)}
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("model")
+
+
+def scratch_table() -> pd.DataFrame:
+    """The models trained from scratch with the ``book`` recipe (:data:`SCRATCH`).
+
+    One row per model: its attention layout, the numbers it caches per token and layer
+    (``2 G d_head``), the cache bytes per token (measured), its parameters, its held-out loss on
+    :func:`attnlib.train.eval_set` (from its card, 3 decimals) and that loss minus the
+    ``book`` model's. All were trained with the same data, steps and optimiser, with RoPE;
+    ``book`` and ``book-seed1`` differ only in the initial seed. A copy is returned.
+    """
+    return _scratch_table().copy()
 
 
 def _label(setting: str, value: object) -> str:
     return f"{setting} = {value}"
 
 
-def dial_figure(table: pd.DataFrame, current: object, *, setting: str, source_loss: float,
-                uniform_loss: float, source_cache: int, model: str,
+def dial_figure(table: pd.DataFrame, current: object, steps: int, *, setting: str,
+                control: object, scratch: dict | None = None, model: str,
                 conversion: str) -> go.Figure:
-    """Held-out loss and cache bytes per token of a converted model, one setting marked.
+    """Held-out loss against the uptraining budget, one line per setting; cache bytes.
 
-    Left: the loss right after the conversion (solid line, circles) and after the shipped
-    fine-tune (dashed line, diamonds) at every setting of ``table``, the current one ringed,
-    with the source model's loss and the loss of guessing uniformly as horizontal lines.
-    Right: the cache bytes per token of every setting, the current one in the main colour.
-    The title gives the current setting's bytes, its share of the source's and its losses.
+    Left: the loss of every setting of ``table`` after each budget of :data:`BUDGETS`
+    (solid lines; the ``control`` setting, the conversion that changes nothing, dashed), the
+    from-scratch losses ``scratch`` (squares, in a column of their own), the source's loss
+    as a line and above it a band as wide as the seed spread: a gap inside the band is
+    within the noise of one training run. The current
+    setting and budget are ringed. Right: the cache bytes per token of every setting, the
+    current one in the main colour. The title gives the current loss, its distance to the
+    control at the same budget, and the seed spread.
 
     Args:
-        table: one row per setting, in the order to draw (the index holds the settings),
-            with columns :data:`CACHE`, :data:`CONVERTED` and :data:`AFTER`.
+        table: a :func:`dial_table`.
         current: the setting to mark, a value of ``table.index``.
+        steps: the budget to mark, one of :data:`BUDGETS` with a loss at ``current``.
         setting: its name, e.g. ``"G"`` or ``"d_L"``.
-        source_loss: the held-out loss of the model before any conversion.
-        uniform_loss: ``ln(vocab_size)``, the loss of uniform guessing.
-        source_cache: the source model's cache bytes per token.
+        control: the setting that changes nothing (``G = H``, full-rank ``d_L``).
+        scratch: from-scratch losses by setting, or ``None``.
         model: the model's name, for the title.
         conversion: what the conversion does, for the title (e.g. ``"mean pooling"``).
 
     Returns:
-        go.Figure: four scatter traces and a bar trace.
+        go.Figure: one scatter trace per setting, the from-scratch and ringed markers, and
+        a bar trace.
     """
     if current not in table.index:
         raise ValueError(f"{setting} must be one of {list(table.index)}; got {current!r}")
-    labels = [str(v) for v in table.index]
-    now = table.loc[current]
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.6, 0.4], horizontal_spacing=0.12,
-                        subplot_titles=("held-out loss (nats per token)",
+    if steps not in BUDGETS:
+        raise ValueError(f"steps must be one of {list(BUDGETS)}; got {steps!r}")
+    now = table.loc[current, budget_column(steps)]
+    if math.isnan(now):
+        done = [b for b in BUDGETS if not math.isnan(table.loc[current, budget_column(b)])]
+        raise ValueError(f"no model ships at {setting} = {current} after {steps} steps; "
+                         f"budgets there: {done}")
+    scratch = scratch or {}
+    x_of = {b: f"{b} steps" for b in BUDGETS}
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.64, 0.36], horizontal_spacing=0.12,
+                        subplot_titles=("held-out loss (nats per character)",
                                         "cache bytes per token, all layers"))
-    series = {CONVERTED: ("right after the conversion", COLORS["main"], "solid", "circle"),
-              AFTER: ("after 100 steps of fine-tuning", OKABE_ITO["orange"], "dash",
-                      "diamond")}
-    for column, (name, color, dash, symbol) in series.items():
-        keep = [not math.isnan(v) for v in table[column]]
-        xs = [lab for lab, k in zip(labels, keep, strict=True) if k]
-        ys = [v for v, k in zip(table[column], keep, strict=True) if k]
+    palette = [COLORS["main"], OKABE_ITO["orange"], OKABE_ITO["bluish green"],
+               OKABE_ITO["reddish purple"], OKABE_ITO["vermillion"], OKABE_ITO["sky blue"]]
+    colors = {}
+    for k, value in enumerate(table.index):
+        is_control = value == control
+        colors[value] = COLORS["marker"] if is_control else palette[k % len(palette)]
+        xs, ys = [], []
+        for b in BUDGETS:
+            loss = table.loc[value, budget_column(b)]
+            if not math.isnan(loss):
+                xs.append(x_of[b])
+                ys.append(loss)
+        if len(xs) < 2 and not is_control:
+            continue  # only the conversion: no budget line to draw
+        name = (f"{_label(setting, value)} (control: converts nothing)" if is_control
+                else _label(setting, value))
         fig.add_trace(go.Scatter(
             x=xs, y=rounded(ys, 3), mode="lines+markers", name=name,
-            line={"color": color, "dash": dash, "width": 2}, marker={"symbol": symbol, "size": 8},
-            hovertemplate=f"{setting} = %{{x}}<br>{name}: %{{y:.3f}}<extra></extra>",
+            line={"color": colors[value], "dash": "dash" if is_control else "solid",
+                  "width": 2}, marker={"size": 8},
+            hovertemplate=f"{_label(setting, value)}, %{{x}}: %{{y:.3f}}<extra></extra>",
         ), row=1, col=1)
-        if not math.isnan(now[column]):
-            fig.add_trace(go.Scatter(
-                x=[str(current)], y=rounded([now[column]], 3), mode="markers", showlegend=False,
-                marker={"color": color, "symbol": symbol, "size": 16,
-                        "line": {"color": COLORS["marker"], "width": 2}},
-                hovertemplate=f"{setting} = %{{x}}: %{{y:.3f}}<extra></extra>",
-            ), row=1, col=1)
-    for y, text, dash in ((source_loss, f"source model {source_loss:.3f}", DASHES["marker"]),
-                          (uniform_loss, f"guessing uniformly {uniform_loss:.3f}",
-                           DASHES["held-out"])):
-        fig.add_hline(y=rounded(y, 3), line={"color": COLORS["marker"], "dash": dash, "width": 1},
-                      annotation_text=text, annotation_position="top left", row=1, col=1)
+    if scratch:
+        keys = [v for v in table.index if v in scratch]
+        fig.add_trace(go.Scatter(
+            x=["from scratch"] * len(keys), y=rounded([scratch[v] for v in keys], 3),
+            mode="markers", name="trained from scratch (same recipe as the source)",
+            marker={"symbol": "square", "size": 10, "color": [colors[v] for v in keys],
+                    "line": {"color": COLORS["marker"], "width": 1}},
+            text=[_label(setting, v) for v in keys],
+            hovertemplate="%{text}, from scratch: %{y:.3f}<extra></extra>",
+        ), row=1, col=1)
+    fig.add_trace(go.Scatter(
+        x=[x_of[steps]], y=rounded([now], 3), mode="markers", showlegend=False,
+        marker={"color": colors[current], "size": 18, "symbol": "circle-open",
+                "line": {"color": colors[current], "width": 3}},
+        hovertemplate=f"{_label(setting, current)}, {steps} steps: %{{y:.3f}}<extra></extra>",
+    ), row=1, col=1)
+    spread, source = table.attrs["seed spread"], table.attrs["source loss"]
+    fig.add_hrect(y0=rounded(source, 3), y1=rounded(source + spread, 3), line_width=0,
+                  fillcolor=OKABE_ITO["sky blue"], opacity=0.35, row=1, col=1)
+    fig.add_hline(y=rounded(source, 3), line={"color": COLORS["marker"],
+                                              "dash": DASHES["held-out"], "width": 1},
+                  annotation_text=f"source {source:.3f}", annotation_position="top right",
+                  row=1, col=1)
     fig.add_trace(go.Bar(
-        x=labels, y=[int(v) for v in table[CACHE]], text=[f"{int(v):,}" for v in table[CACHE]],
-        textposition="outside", showlegend=False,
+        x=[str(v) for v in table.index], y=[int(v) for v in table[CACHE]],
+        text=[f"{int(v):,}" for v in table[CACHE]], textposition="outside", showlegend=False,
         marker={"color": [COLORS["main"] if v == current else OKABE_ITO["sky blue"]
                           for v in table.index]},
         hovertemplate=f"{setting} = %{{x}}: %{{y:,}} bytes per token<extra></extra>",
     ), row=1, col=2)
-    top = max(table[CONVERTED].max(), uniform_loss)
-    fig.update_yaxes(range=[0, rounded(top * 1.15, 3)], row=1, col=1)
-    fig.update_yaxes(range=[0, int(max(table[CACHE].max(), source_cache) * 1.2)], row=1, col=2)
-    fig.update_xaxes(title_text=setting, type="category", row=1, col=1)
+    losses = [v for c in BUDGETS for v in table[budget_column(c)] if not math.isnan(v)]
+    fig.update_yaxes(range=[rounded(min(losses + list(scratch.values())) - 0.1, 3),
+                            rounded(max(losses) * 1.05, 3)], row=1, col=1)
+    fig.update_yaxes(range=[0, int(table[CACHE].max() * 1.2)], row=1, col=2)
+    fig.update_xaxes(title_text="uptraining budget", type="category",
+                     categoryorder="array",
+                     categoryarray=[x_of[b] for b in BUDGETS] + ["from scratch"],
+                     row=1, col=1)
     fig.update_xaxes(title_text=setting, type="category", row=1, col=2)
-    share = now[CACHE] / source_cache
-    after = "" if math.isnan(now[AFTER]) else f", {now[AFTER]:.3f} after 100 steps"
-    style(fig, (f"{model}, {conversion} to {_label(setting, current)}: {int(now[CACHE]):,} "
-                f"cache bytes per token, {share:.3g} of the source's"
-                f"<br><sup>held-out loss {now[CONVERTED]:.3f} right after the conversion{after}; "
-                f"the source model: {source_loss:.3f}</sup>"), height=HEIGHT + 40)
-    fig.update_layout(legend={"orientation": "h", "x": 0, "y": -0.2, "yanchor": "top"},
-                      margin={"t": 110, "b": 110})
+    ctrl = table.loc[control, budget_column(steps)]
+    versus = (f"{now - ctrl:+.3f} against the control at the same budget ({ctrl:.3f})"
+              if current != control else f"{now - source:+.3f} against the source")
+    style(fig, (f"{model}, {conversion} to {_label(setting, current)}, {steps} steps of "
+                f"uptraining: loss {now:.3f}, {versus}<br><sup>cache "
+                f"{int(table.loc[current, CACHE]):,} bytes per token; shaded: the source "
+                f"plus the spread of two seeds of the book recipe, {spread:.3f}</sup>"),
+          height=HEIGHT + 60)
+    fig.update_layout(legend={"orientation": "h", "x": 0, "y": -0.22, "yanchor": "top"},
+                      margin={"t": 110, "b": 140})
     return fig
