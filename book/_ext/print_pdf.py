@@ -45,7 +45,10 @@ PAGE_PX = round((297 - 32) / 25.4 * 96) - 40
 # The API reference, printed as a short appendix (API_APPENDIX).
 API_PAGE = "book/api"
 # Where the download menu shows the PDF's size (offline_site.pdf_download_button).
-SIZE_SLOT = re.compile(r'(<span class="book-pdf-size">\()[^)<]*(\)</span>)')
+SIZE_SLOT = re.compile(r'<span class="book-pdf-size">[^<]*</span>')
+# The entry itself, hidden until the PDF exists.
+HIDDEN_ENTRY = re.compile(r'<li hidden>(<a href="[^"]*" target="_blank"\s+class="btn btn-sm '
+                          r'btn-download-book-pdf-button)')
 
 FOOTER = (
     '<div style="font-size: 8pt; width: 100%; text-align: center; color: #444;">'
@@ -436,12 +439,13 @@ def fix_bookmarks(path: Path, headings: list[str]) -> int:
 
 def label_download_menus(html_dir: Path, pdf_name: str, size: int) -> int:
     """Write the PDF edition's size into the download menu of every page of the site beside
-    it (offline_site.pdf_download_button leaves a place for it); return how many pages."""
-    label = f"{size / 1e6:.1f} MB"
+    it (offline_site.pdf_download_button leaves a place for it), and show the entry, hidden
+    while there was no PDF; return how many pages."""
+    label = f'<span class="book-pdf-size">({size / 1e6:.1f} MB)</span>'
     labelled = 0
     for page in html_dir.rglob("*.html"):
         text = page.read_text(encoding="utf-8")
-        new = SIZE_SLOT.sub(rf"\g<1>{label}\g<2>", text)
+        new = HIDDEN_ENTRY.sub(r"<li>\1", SIZE_SLOT.sub(label, text))
         if new != text:
             page.write_text(new, encoding="utf-8")
             labelled += 1

@@ -63,7 +63,11 @@
         var text = axis && axis.visible !== false && axis.title && axis.title.text;
         if (text) {
           var direction = key.charAt(0) === "x" ? "horizontal" : "vertical";
-          axes.push(direction + " axis " + titleOf({ title: axis.title }));
+          var words = direction + " axis " + titleOf({ title: axis.title });
+          // Subplots that share an axis title name it once.
+          if (axes.indexOf(words) < 0) {
+            axes.push(words);
+          }
         }
       });
     var names = [];
@@ -88,12 +92,20 @@
     return /[.?!]$/.test(text) ? text : text + ".";
   }
 
+  // The first line of a figure's title (its headline), without the subtitle.
+  function headlineOf(layout) {
+    var title = layout && layout.title;
+    var text = String((title && typeof title === "object" ? title.text : title) || "");
+    return F.plainText(text.split(/<br\s*\/?>/i)[0]).replace(/\s+/g, " ").trim();
+  }
+
   function updateCaption(entry, shown) {
-    var title = titleOf(shown.layout) || "plotly figure";
+    var title = headlineOf(shown.layout) || "plotly figure";
     var what = shows(shown.data, shown.layout);
     var text = entry.holder.querySelector(".plotly-caption-text");
     if (text) {
-      text.textContent = "Figure: " + withStop(title) + " ";
+      var number = entry.holder.getAttribute("data-figure-number");
+      text.textContent = (number ? "Figure " + number + ". " : "Figure: ") + withStop(title) + " ";
       var part = document.createElement("span");
       part.className = "plotly-caption-shows";
       part.textContent = what;
@@ -124,7 +136,7 @@
       paper.setAttribute("role", "img");
       paper.setAttribute(
         "aria-label",
-        ((title ? "Figure: " + title + ". " : "") + (entry.captionText || "")).trim() || "plotly figure"
+        ((title ? "Figure" + (entry.holder.getAttribute("data-figure-number") ? " " + entry.holder.getAttribute("data-figure-number") + ". " : ": ") + title + ". " : "") + (entry.captionText || "")).trim() || "plotly figure"
       );
     }
   }

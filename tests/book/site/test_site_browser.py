@@ -65,7 +65,7 @@ LAYOUT_SHIFT_BOUND = 0.1
 # findings are reported in _build/logs/site-browser.json.
 FAILING_IMPACTS = ("serious", "critical")
 # The scripts that only some pages need, by the path the site serves them from.
-PLOTLY_JS = "/_vendor/plotly/plotly-cartesian.min.js"
+PLOTLY_JS = "/_vendor/plotly/plotly-book.min.js"
 MATH_SCRIPTS = ("/mathjax/tex-", "/mathjax/startup", "MathJax.js")
 # Sums the layout shifts of a page (not those right after the reader's input), from the
 # first paint on; read as window.bookLayoutShift.
