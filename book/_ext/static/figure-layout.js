@@ -714,8 +714,10 @@
 
     // The title is broken over lines to the figure's width and stands at its top; the top
     // margin holds it and the titles of the top row of subplots.
-    var top = 10 + TOOLBAR_ROOM;
-    var titleShift = 8 + TOOLBAR_ROOM;
+    // In print (the PDF edition marks its page book-pdf) there is no toolbar.
+    var band = typeof document !== "undefined" && document.documentElement.classList.contains("book-pdf") ? 0 : TOOLBAR_ROOM;
+    var top = 10 + band;
+    var titleShift = 8 + band;
     var title = layout.title;
     if (title && typeof title === "object" && title.text) {
       var titleFont = fontOf(layout, title);

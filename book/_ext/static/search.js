@@ -75,41 +75,52 @@ var Scorer = {
   function group(text) {
     return /^[\w.]+$/.test(text) ? text : "(" + text + ")";
   }
-  function mathText(el) {
+  // `tight`: inside a subscript or a power, where identifiers stand side by side ("head").
+  function mathText(el, tight) {
     var kids = Array.prototype.slice.call(el.children);
     var tag = el.tagName.toLowerCase();
+    var script = function (kid) {
+      return group(mathText(kid, true).trim());
+    };
     if (tag === "mi" || tag === "mn" || tag === "mtext") {
       return el.textContent.trim();
     }
     if (tag === "mo") {
       var op = el.textContent.trim();
-      return SPACED.test(op) ? " " + op + " " : op;
+      if (/^[\u2061-\u2064]?$/.test(op)) {
+        return tight ? "" : " "; // an invisible operator (a product, say)
+      }
+      return SPACED.test(op) && !tight ? " " + op + " " : op;
     }
     if (tag === "msub" || tag === "munder") {
-      return mathText(kids[0]) + "_" + group(mathText(kids[1]).trim());
+      return mathText(kids[0], tight) + "_" + script(kids[1]);
     }
     if (tag === "msup" || tag === "mover") {
-      return mathText(kids[0]) + "^" + group(mathText(kids[1]).trim());
+      return mathText(kids[0], tight) + "^" + script(kids[1]);
     }
     if (tag === "msubsup" || tag === "munderover") {
-      return mathText(kids[0]) + "_" + group(mathText(kids[1]).trim()) + "^" + group(mathText(kids[2]).trim());
+      return mathText(kids[0], tight) + "_" + script(kids[1]) + "^" + script(kids[2]);
     }
     if (tag === "mfrac") {
-      return group(mathText(kids[0]).trim()) + " / " + group(mathText(kids[1]).trim());
+      return group(mathText(kids[0], tight).trim()) + " / " + group(mathText(kids[1], tight).trim());
     }
     if (tag === "msqrt") {
-      return "\u221a" + group(kids.map(mathText).join("").trim());
+      return "\u221a" + group(kids.map(function (kid) {
+        return mathText(kid, tight);
+      }).join("").trim());
     }
     if (tag === "annotation" || tag === "annotation-xml") {
       return "";
     }
     var out = "";
     var last = "";
+    var items = /^(mi|mn|msub|msup|msubsup)$/;
     kids.forEach(function (kid) {
-      var text = mathText(kid);
+      var text = mathText(kid, tight);
       var name = kid.tagName.toLowerCase();
-      // Two identifiers or numbers in a row (2 N L G) are kept apart.
-      if (out && /^(mi|mn|msub|msup|msubsup)$/.test(name) && /^(mi|mn|msub|msup|msubsup)$/.test(last)) {
+      // Two identifiers or numbers in a row (2 N L G) are kept apart, but for the letters
+      // of a word in a subscript.
+      if (!tight && out && items.test(name) && items.test(last) && !/\s$/.test(out)) {
         out += " ";
       }
       out += text;
@@ -118,7 +129,7 @@ var Scorer = {
     if (tag === "mtr") {
       return out + "; ";
     }
-    return out;
+    return out.replace(/\s+/g, " ");
   }
 
   // The snippet: about 240 characters of the text, around the first place a word of the
