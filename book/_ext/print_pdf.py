@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import html
+import io
 import logging
 import os
 import re
@@ -84,6 +85,45 @@ PREPARE = """async ([front, page_height]) => {
     // across pages rather than leave an empty page behind.
     document.querySelectorAll('div.cell_input, div[class*="highlight-"]').forEach(e => {
         if (e.getBoundingClientRect().height > page_height) { e.style.breakInside = 'auto'; }
+    });
+    // The PDF is tagged: its structure holds one element per element of the page that
+    // assistive technology sees, and a book's highlighted code (a span per token) and
+    // MathJax's MathML (an element per symbol) made 100,000 of them, most of a 23 MB file.
+    // In print, each line of code is plain text (the colours go; the hanging indent
+    // stays), and each formula one element, labelled with its text as search reads it.
+    document.querySelectorAll('div.highlight pre').forEach(pre => {
+        const lines = pre.querySelectorAll('.line');
+        if (lines.length) {
+            lines.forEach(line => { line.textContent = line.textContent; });
+        } else {
+            pre.textContent = pre.textContent;
+        }
+    });
+    const linear = el => {
+        const kids = Array.from(el.children);
+        const tag = el.tagName.toLowerCase();
+        const sub = k => { const t = linear(k).trim(); return /^[\\w.]+$/.test(t) ? t : `(${t})`; };
+        if (['mi', 'mn', 'mtext'].includes(tag)) { return el.textContent.trim(); }
+        if (tag === 'mo') {
+            const op = el.textContent.trim();
+            if (/^[\u2061-\u2064]?$/.test(op)) { return ' '; }
+            return /^[=<>+\u2212\u00d7\u2264\u2265\u2248,]$/.test(op) ? ` ${op} ` : op;
+        }
+        if (tag === 'msub' || tag === 'munder') { return linear(kids[0]) + '_' + sub(kids[1]); }
+        if (tag === 'msup' || tag === 'mover') { return linear(kids[0]) + '^' + sub(kids[1]); }
+        if (tag === 'msubsup' || tag === 'munderover') {
+            return linear(kids[0]) + '_' + sub(kids[1]) + '^' + sub(kids[2]);
+        }
+        if (tag === 'mfrac') { return sub(kids[0]) + ' / ' + sub(kids[1]); }
+        return kids.map(linear).join(tag === 'mtr' ? ' ' : '') + (tag === 'mtr' ? '; ' : '');
+    };
+    document.querySelectorAll('mjx-container').forEach(math => {
+        const mml = math.querySelector('mjx-assistive-mml');
+        if (!mml) { return; }
+        const text = linear(mml.querySelector('math') || mml).replace(/\\s+/g, ' ').trim();
+        mml.remove();
+        math.setAttribute('role', 'math');
+        math.setAttribute('aria-label', text);
     });
     // What is still wider than the column (a long equation, a wide table) is scaled down
     // to fit, rather than cut at the margin.
@@ -409,13 +449,16 @@ def fix_bookmarks(path: Path, headings: list[str]) -> int:
     a bookmark that is its heading with a piece written twice takes the heading's text; one
     that matches no heading near it keeps its own.
     """
-    from pypdf import PdfReader, PdfWriter
+    from pypdf import PdfWriter
     from pypdf.generic import NameObject, TextStringObject
 
     # Chromium's PDFs count one object fewer in their trailer than they hold; pypdf says so
     # on every read, and reads them right.
     logging.getLogger("pypdf").setLevel(logging.ERROR)
-    writer = PdfWriter(clone_from=PdfReader(path))
+    # An incremental update: the file as Chromium wrote it (its objects packed in compressed
+    # object streams), with the retitled bookmarks appended; rewriting it whole would unpack
+    # them and add half as much again to its size.
+    writer = PdfWriter(io.BytesIO(path.read_bytes()), incremental=True)
     outlines = writer.root_object.get("/Outlines")
     items = _bookmarks(outlines.get_object() if outlines is not None else None)
     changed = 0
