@@ -89,16 +89,17 @@ PREPARE = """async ([front, page_height]) => {
     // The PDF is tagged: its structure holds one element per element of the page that
     // assistive technology sees, and a book's highlighted code (a span per token) and
     // MathJax's MathML (an element per symbol) made 100,000 of them, most of a 23 MB file.
-    // In print, each line of code is plain text (the colours go; the hanging indent
-    // stays), and each formula one element, labelled with its text as search reads it.
+    // In print, each code block is plain text (the colours go), and each formula one
+    // element, labelled with its text as search reads it.
+    // (An inline block is an element of its own there, so the lines are plain text too:
+    // print wraps them without the hanging indent.) A figure is one element, its drawing's
+    // label; plotly's other layers are hidden from that structure.
     document.querySelectorAll('div.highlight pre').forEach(pre => {
-        const lines = pre.querySelectorAll('.line');
-        if (lines.length) {
-            lines.forEach(line => { line.textContent = line.textContent; });
-        } else {
-            pre.textContent = pre.textContent;
-        }
+        pre.textContent = pre.textContent;
+        pre.classList.remove('hang');
     });
+    document.querySelectorAll('.plotly-figure svg.main-svg:not([role="img"]), .modebar-container')
+        .forEach(e => e.setAttribute('aria-hidden', 'true'));
     const linear = el => {
         const kids = Array.from(el.children);
         const tag = el.tagName.toLowerCase();
@@ -119,7 +120,8 @@ PREPARE = """async ([front, page_height]) => {
     };
     document.querySelectorAll('mjx-container').forEach(math => {
         const mml = math.querySelector('mjx-assistive-mml');
-        if (!mml) { return; }
+        // A heading's math stays: Chromium makes its bookmark from the heading's MathML.
+        if (!mml || math.closest('h1, h2, h3, h4, h5, h6')) { return; }
         const text = linear(mml.querySelector('math') || mml).replace(/\\s+/g, ' ').trim();
         mml.remove();
         math.setAttribute('role', 'math');
