@@ -183,7 +183,10 @@ HEADINGS = """() => Array.from(
     .map(h => {
         const copy = h.cloneNode(true);
         copy.querySelectorAll('.headerlink').forEach(a => a.remove());
-        return copy.textContent.replace(/\\s+/g, ' ').trim();
+        const text = copy.textContent.replace(/\\s+/g, ' ').trim();
+        // Without its math too: Chromium's bookmark of a heading leaves the math out.
+        copy.querySelectorAll('mjx-container').forEach(m => m.remove());
+        return [text, copy.textContent.replace(/\\s+/g, ' ').trim()];
     })"""
 
 # The chapters (by name) that start on the page where they fall, with no forced break.
@@ -398,11 +401,13 @@ def print_book(site: Path, out: Path, book_root: Path = REPO_ROOT) -> dict[str, 
             else:
                 raise RuntimeError(f"the table of contents says {pages}; the chapters start "
                                    f"on {chapter_pages(out, names, titles)}")
-            headings = page.evaluate(HEADINGS)
+            pairs = page.evaluate(HEADINGS)
+            headings = [full for full, _ in pairs]
+            bare = [text for _, text in pairs]
         finally:
             browser.close()
     printed.unlink()
-    fixed = fix_bookmarks(out, headings)
+    fixed = fix_bookmarks(out, headings, bare)
     pdf = pypdfium2.PdfDocument(out)
     try:
         count = len(pdf)
@@ -443,7 +448,7 @@ def _squeezed_twice(title: str, heading: str) -> bool:
     return t.startswith(h[:edge]) and t.endswith(h[-edge:]) and set(t) <= set(h)
 
 
-def fix_bookmarks(path: Path, headings: list[str]) -> int:
+def fix_bookmarks(path: Path, headings: list[str], bare: list[str] | None = None) -> int:
     """Give each bookmark its heading's text, written once; return how many changed.
 
     Chromium makes a bookmark of every heading, and writes the text of a heading it moved to
@@ -471,7 +476,9 @@ def fix_bookmarks(path: Path, headings: list[str]) -> int:
             if _squeeze(title) == _squeeze(headings[j]):
                 next_heading = j + 1
                 break
-            if _squeezed_twice(title, headings[j]):
+            # ``bare``: the heading without its math, which Chromium's bookmark leaves out.
+            plain = bare[j] if bare else headings[j]
+            if _squeezed_twice(title, headings[j]) or _squeezed_twice(title, plain):
                 item[NameObject("/Title")] = TextStringObject(headings[j])
                 changed += 1
                 next_heading = j + 1
