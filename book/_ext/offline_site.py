@@ -11,10 +11,12 @@ printed from ``singlehtml``):
    in a ``<figure>`` whose caption says what the figure shows (its title and axes) and how to
    use it: on screen, the slider also answers the arrow keys; in print, the figure stands at
    its slider's default step and the caption says that it is interactive on the site.
-   ``static/render-plotly.js`` draws it with plotly.js's cartesian partial bundle (npm
-   ``plotly.js-cartesian-dist-min``, the same plotly.js version as the pinned plotly
-   package; the build stops when they differ), gives the drawing ``role="img"`` and a label,
-   and wires the keyboard to the slider.
+   ``static/render-plotly.js`` draws it with a bundle of plotly.js that holds only the
+   trace types the book draws (``PLOTLY_TRACES``: scatter, bar, heatmap), which the build
+   makes from npm's ``plotly.js`` package with esbuild (``build_plotly_bundle``; the same
+   plotly.js version as the pinned plotly package, or the build stops; a figure with
+   another trace type stops it too), gives the drawing ``role="img"`` and a label, and
+   wires the keyboard to the slider.
 2. Scripts by page content (``page_scripts``): plotly.js and its drawer only on a page
    whose body holds a figure, MathJax only on a page whose body holds math. The theme's
    Font Awesome script (1.5 MB, which redraws the icons its own stylesheet and web fonts
@@ -46,6 +48,7 @@ import posixpath
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -76,8 +79,31 @@ STATIC_DIR = Path(__file__).parent / "static"
 MATHJAX_FONTS = "output/chtml/fonts/woff-v2"
 # plotly.js draws a figure without layout.height this tall (px).
 PLOTLY_DEFAULT_HEIGHT = 450
-PLOTLY_PACKAGE = "plotly.js-cartesian-dist-min"
-PLOTLY_BUNDLE = "plotly-cartesian.min.js"
+PLOTLY_PACKAGE = "plotly.js"
+PLOTLY_BUNDLE = "plotly-book.min.js"
+# The trace types the book's figures use: plotly.js's core (which holds scatter) and these.
+# A figure of any other type stops the build (PlotlyMimeRenderer); add the type here.
+PLOTLY_TRACES = ("bar", "heatmap")
+# What the bundle holds, as the module esbuild bundles (from the repository root).
+PLOTLY_ENTRY = (
+    "var Plotly = require('plotly.js/lib/core');\n"
+    + "Plotly.register([{}]);\n".format(
+        ", ".join(f"require('plotly.js/lib/{trace}')" for trace in PLOTLY_TRACES)
+    )
+    + "module.exports = Plotly;\n"
+)
+# esbuild's settings for it: those of plotly.js's own dist bundles (its esbuild-config.js),
+# minified, without the plugins that only its WebGL and map traces need.
+ESBUILD_ARGS = (
+    "--bundle",
+    "--minify",
+    "--format=iife",
+    "--global-name=Plotly",
+    "--define:global=window",
+    "--define:define.amd=false",
+    "--target=es2016",
+    "--log-level=warning",
+)
 # The scripts a page with a figure loads, in order; deferred, so they never hold up the text.
 PLOTLY_SCRIPTS = (
     f"{VENDOR_FROM_STATIC}/plotly/{PLOTLY_BUNDLE}",
@@ -89,12 +115,12 @@ FIGURE_LAYOUT_SCRIPT = f"{VENDOR_FROM_STATIC}/plotly/figure-layout.js"
 # What to copy from node_modules: (package folder, folder inside it, entries inside that
 # folder, destination folder under _vendor); an entry keeps its relative path.
 # MathJax: the web fonts the typeset math is drawn with (typeset_math.js writes the math at
-# build time; no page loads MathJax itself), and its licence. Plotly: the cartesian partial
-# bundle (bar, scatter, heatmap, ...).
+# build time; no page loads MathJax itself), and its licence. Plotly: its licence (the
+# bundle itself is built, build_plotly_bundle).
 NPM_ASSETS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("mathjax", "es5", (MATHJAX_FONTS,), "mathjax"),
     ("mathjax", "", ("LICENSE",), "mathjax"),
-    (PLOTLY_PACKAGE, "", (PLOTLY_BUNDLE, "LICENSE"), "plotly"),
+    (PLOTLY_PACKAGE, "", ("LICENSE",), "plotly"),
 )
 # Typesets the math of the built pages with MathJax under Node (see that file).
 TYPESET_MATH = Path(__file__).parent / "typeset_math.js"
@@ -155,18 +181,121 @@ SEARCH_SCRIPTS = re.compile(
 )
 SEARCH_PAGE = "search.html"
 
-# The theme lets a display formula scroll sideways when it is wider than the column; a
-# region that scrolls must take the keyboard's focus (WCAG 2.1.1), so each formula that
-# overflows, once the page is laid out or resized, becomes a tab stop.
-MATH_TAB_STOPS = (
-    "(function () { function stops() {"
-    ' document.querySelectorAll("div.math mjx-container").forEach(function (math) {'
-    ' if (math.scrollWidth > math.clientWidth + 1) { math.setAttribute("tabindex", "0"); }'
+# A display formula, a table or an output wider than the column scrolls sideways in its own
+# box (site.css). Once the page is laid out, and whenever its width changes, each such box
+# that overflows is marked "scrolls" (site.css draws a shadow at each edge past which there
+# is more) and becomes a tab stop, since a region that scrolls must take the keyboard's
+# focus (WCAG 2.1.1); a box that fits again loses both.
+SCROLL_BOXES = (
+    "article.bd-article div.math, article.bd-article div.math > mjx-container, "
+    "article.bd-article .cell_output .output, "
+    "article.bd-article .table-wrapper, article.bd-article .pst-scrollable-table-container"
+)
+SCROLL_CUES = (
+    "(function () { function cues() {"
+    f' document.querySelectorAll("{SCROLL_BOXES}").forEach(function (box) {{'
+    " var wide = box.scrollWidth > box.clientWidth + 1;"
+    ' box.classList.toggle("scrolls", wide);'
+    ' if (wide && !box.hasAttribute("tabindex")) { box.setAttribute("tabindex", "0");'
+    ' box.dataset.scrollStop = "1"; }'
+    ' if (!wide && box.dataset.scrollStop) { box.removeAttribute("tabindex");'
+    " delete box.dataset.scrollStop; }"
     " }); }"
-    ' window.addEventListener("load", stops); window.addEventListener("resize", stops); })();'
+    ' window.addEventListener("load", cues); window.addEventListener("resize", cues);'
+    ' if (document.fonts) { document.fonts.ready.then(cues); } })();'
 )
 
+# A code block as Pygments writes it (Sphinx's highlighter, for code cells, their text
+# outputs and code in the prose); hang_code_lines marks the blocks it has split into lines.
+CODE_BLOCK = re.compile(r'<div class="highlight"><pre>(.*?)</pre>', re.DOTALL)
+HUNG_BLOCK = '<div class="highlight"><pre class="hang">'
+HTML_TAG = re.compile(r"(<[^>]+>)")
+# Continuation lines of a wrapped code line start this many characters further in than the
+# line's own indentation (site.css).
+HANG_CHARACTERS = 4
+
 logger = logging.getLogger(__name__)
+
+
+def _hang_block(code: str) -> str:
+    """One code block's HTML, each line in ``<span class="line">`` with its indentation.
+
+    A line that wraps (site.css: ``white-space: pre-wrap``) then continues
+    ``HANG_CHARACTERS`` past its own indentation: the line's span is an inline block whose
+    first line is drawn ``--indent`` + 4 characters to the left of the rest (a hanging
+    indent). Pygments' spans that run over a line break (a docstring) are closed at the end
+    of the line and opened again on the next. The line breaks stay outside the spans, so
+    the text that is copied or selected is the code unchanged.
+    """
+    lines: list[list[str]] = [[]]
+    opened: list[str] = []
+    for token in HTML_TAG.split(code):
+        if not token:
+            continue
+        if token.startswith("<"):
+            if token.startswith("</"):
+                if opened:
+                    opened.pop()
+            elif not token.endswith("/>"):
+                opened.append(token)
+            lines[-1].append(token)
+            continue
+        pieces = token.split("\n")
+        lines[-1].append(pieces[0])
+        for piece in pieces[1:]:
+            lines[-1].extend("</span>" for _ in opened)
+            lines.append([*opened, piece])
+    out = []
+    for i, parts in enumerate(lines):
+        text = "".join(parts)
+        plain = html_lib.unescape(HTML_TAG.sub("", text))
+        last = i == len(lines) - 1
+        if last and not plain:
+            out.append(text)  # the tags that close after the block's last line break
+            continue
+        indent = len(plain) - len(plain.lstrip(" "))
+        style = f' style="--indent:{indent}"' if indent else ""
+        out.append(f'<span class="line"{style}>{text}</span>' + ("" if last else "\n"))
+    return "".join(out)
+
+
+# A figure and its caption as figure_html writes them, before number_figures numbers them.
+FIGURE_OPEN = '<figure class="plotly-output">'
+CAPTION_OPEN = '<span class="plotly-caption-text">Figure: '
+# Where the single-page build starts each document (each chapter of the PDF edition).
+DOCUMENT_START = re.compile(r'<span id="document-')
+
+
+def number_figures(page: str) -> str:
+    """Number the figures of ``page`` in order (of each document, in the single-page build):
+    ``<figure id="figure-2">`` with the caption "Figure 2. ...", so that the prose and a
+    reader can refer to them."""
+    if FIGURE_OPEN not in page:
+        return page
+    parts = DOCUMENT_START.split(page)
+    for i, part in enumerate(parts):
+        count = 0
+
+        def figure(match: re.Match, base: int = i) -> str:
+            nonlocal count
+            count += 1
+            prefix = f"figure-{count}" if len(parts) == 1 else f"figure-{base}-{count}"
+            return f'<figure class="plotly-output" id="{prefix}" data-figure-number="{count}">'
+
+        part = re.sub(re.escape(FIGURE_OPEN), figure, part)
+        numbers = iter(range(1, count + 1))
+
+        def caption(match: re.Match, numbers: Iterator[int] = numbers) -> str:
+            return f'<span class="plotly-caption-text">Figure {next(numbers)}. '
+
+        parts[i] = re.sub(re.escape(CAPTION_OPEN), caption, part)
+    return '<span id="document-'.join(parts)
+
+
+def hang_code_lines(page: str) -> str:
+    """``page`` with every code block split into lines (``_hang_block``); a block split
+    before is left as it is."""
+    return CODE_BLOCK.sub(lambda m: f"{HUNG_BLOCK}{_hang_block(m.group(1))}</pre>", page)
 
 
 def _plain(text: Any) -> str:
@@ -229,7 +358,9 @@ def figure_caption(figure: dict) -> dict[str, str]:
             and _title(part)
         ):
             direction = "horizontal" if key.startswith("x") else "vertical"
-            axes.append(f"{direction} axis {_title(part)}")
+            axis = f"{direction} axis {_title(part)}"
+            if axis not in axes:  # subplots that share an axis title name it once
+                axes.append(axis)
     # The legend names what the colours stand for; listed once, in the order drawn.
     data = figure.get("data") or []
     if twin:
@@ -256,8 +387,7 @@ def figure_caption(figure: dict) -> dict[str, str]:
         over = (f"a control for each of {', '.join(labels)}" if len(labels) > 1
                 else f"a slider over {labels[0]}")
         screen = (
-            "Interactive: move the controls above the figure (or press Tab to reach them, "
-            "then the arrow keys); hover for values."
+            "Interactive: the controls above change it; hover for values."
         )
         printed = (
             f"Interactive on the site, with {over}; printed here at the default step, "
@@ -277,7 +407,12 @@ def figure_caption(figure: dict) -> dict[str, str]:
     else:
         screen = "Interactive: hover for values."
         printed = "Interactive on the site: hover over it there for values."
-    title = _title(layout) or "plotly figure"
+    # The caption gives the title's first line (its headline); the subtitle below it is
+    # drawn in the figure and read in the drawing's label.
+    raw = layout.get("title")
+    raw = raw.get("text") if isinstance(raw, dict) else raw
+    headline = re.split(r"<br\s*/?>", str(raw or ""), flags=re.IGNORECASE)[0]
+    title = _plain(headline) or "plotly figure"
     return {
         "title": title if title.endswith((".", "?", "!")) else f"{title}.",
         "shows": " ".join(shows),
@@ -290,7 +425,44 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def twin_controls(twin: dict, uid: str) -> str:
+def _as_number(value: object) -> float | None:
+    try:
+        return float(str(value).replace(",", ""))
+    except ValueError:
+        return None
+
+
+def reversed_params(figure: dict, twin: dict) -> set[int]:
+    """The twin's numeric parameters whose values an axis of the figure draws right to left
+    (or top to bottom): an axis titled with the parameter's label that is reversed, or
+    whose categories run from the largest value down. Their sliders run the same way."""
+    layout = dict(figure.get("layout") or {})
+    step = (layout.get("sliders") or [{}])[0].get("steps", [{}])[twin["active"]]
+    layout.update({k: v for k, v in ((step.get("args") or [None, {}])[1] or {}).items() if v})
+    start, stop = twin["traces"][twin["active"]]
+    traces = (figure.get("data") or [])[start:stop]
+    found = set()
+    for i, param in enumerate(twin["params"]):
+        if len(param["values"]) < 2 or not all(_is_number(v) for v in param["values"]):
+            continue
+        for key, axis in layout.items():
+            if not (re.fullmatch(r"[xy]axis\d*", key) and isinstance(axis, dict)):
+                continue
+            if _title(axis) != _plain(param["label"]):
+                continue
+            if axis.get("autorange") == "reversed":
+                found.add(i)
+                break
+            letter, ref = key[0], key[0] + key[5:]
+            on_axis = [t for t in traces if (t.get(f"{letter}axis") or letter) == ref]
+            shown = [_as_number(v) for v in (on_axis[0].get(letter) or [])] if on_axis else []
+            if len(shown) > 1 and None not in shown and shown == sorted(shown, reverse=True):
+                found.add(i)
+                break
+    return found
+
+
+def twin_controls(twin: dict, uid: str, backwards: set[int] | frozenset = frozenset()) -> str:
     """The controls of a twin, as HTML: one per parameter that has more than one value.
 
     A numeric parameter gets a range input over its values' positions (the arrow keys,
@@ -298,7 +470,8 @@ def twin_controls(twin: dict, uid: str) -> str:
     current value as the prose writes it; any other parameter gets a group of buttons. A
     parameter with a single value is stated. The controls stay disabled until
     ``render-plotly.js`` has wired them; the status line says when a choice moved another
-    control too (a combination the twin does not hold).
+    control too (a combination the twin does not hold). A parameter in ``backwards``
+    (``reversed_params``) gets a slider that runs right to left, as its axis does.
     """
     esc = html_lib.escape
     at = twin["steps"][twin["active"]]
@@ -309,15 +482,17 @@ def twin_controls(twin: dict, uid: str) -> str:
         if len(texts) == 1:
             parts.append(f'<p class="twin-control twin-fixed">{label} = {texts[0]}</p>')
         elif all(_is_number(v) for v in param["values"]):
+            ends = (texts[-1], texts[0]) if i in backwards else (texts[0], texts[-1])
+            direction = ' dir="rtl"' if i in backwards else ""
             parts.append(
                 '<div class="twin-control twin-range">'
                 f'<label for="{ident}">{label}</label> '
                 f'<output for="{ident}">{texts[at[i]]}</output>'
                 f'<input type="range" id="{ident}" min="0" max="{len(texts) - 1}" step="1" '
                 f'value="{at[i]}" aria-valuetext="{label} = {texts[at[i]]}" '
-                f'data-twin-param="{i}" disabled>'
-                f'<span class="twin-ends" aria-hidden="true"><span>{texts[0]}</span>'
-                f"<span>{texts[-1]}</span></span></div>"
+                f'data-twin-param="{i}"{direction} disabled>'
+                f'<span class="twin-ends" aria-hidden="true"><span>{ends[0]}</span>'
+                f"<span>{ends[1]}</span></span></div>"
             )
         else:
             buttons = "".join(
@@ -349,7 +524,7 @@ def figure_html(figure: dict) -> str:
     if twin:
         height = twin["size"][twin["active"]].get("height")
         uid = "twin-" + hashlib.sha1(payload.encode()).hexdigest()[:10]
-        controls = twin_controls(twin, uid)
+        controls = twin_controls(twin, uid, reversed_params(figure, twin))
     # The box keeps the figure's height before plotly.js has run (figure-layout.js sets the
     # height the figure will have at the box's width), so the text below does not jump.
     height = height or PLOTLY_DEFAULT_HEIGHT
@@ -383,6 +558,13 @@ class PlotlyMimeRenderer:
         if data.mime_type != PLOTLY_MIME:
             return None
         figure = data.content if isinstance(data.content, dict) else json.loads(data.string)
+        drawn = {"scatter", *PLOTLY_TRACES}
+        other = {t.get("type", "scatter") for t in figure.get("data") or []} - drawn
+        if other:
+            raise ExtensionError(
+                f"a figure draws {sorted(other)}, which the site's plotly.js bundle does not "
+                f"hold: add them to PLOTLY_TRACES in {Path(__file__).name}"
+            )
         # The scripts that draw it are added by page_scripts, for every page that has one.
         html = figure_html(figure)
         return [nodes.raw(text=html, format="html", classes=["output", "plotly"])]
@@ -445,8 +627,9 @@ def pdf_download_button(
     """Offer the PDF edition (``offline_site_pdf``, at the site root) in the theme's download
     menu, in place of its ".pdf" entry, which only prints the page on screen.
 
-    The entry reads "Book PDF" and leaves a place for the file's size, which
-    ``print_pdf.py`` writes in once it has printed the book.
+    The entry reads "Book PDF" and leaves a place for the file's size. It stays hidden
+    until the PDF exists: ``tidy_pages`` shows it, with the size, when the build finds the
+    file, and ``print_pdf.py`` does once it has printed the book.
     """
     if app.builder.name not in ("html", "dirhtml") or not app.config.offline_site_pdf:
         return
@@ -460,12 +643,27 @@ def pdf_download_button(
                 {
                     "type": "link",
                     "url": context["pathto"](app.config.offline_site_pdf, 1),
-                    "text": 'Book PDF <span class="book-pdf-size">(print it: make pdf)</span>',
+                    "text": 'Book PDF <span class="book-pdf-size"></span>',
                     "tooltip": "The whole book as one PDF",
                     "icon": "fas fa-book",
                     "label": "download-book-pdf-button",
                 }
             )
+
+
+# The download menu's entry for the PDF edition as the theme writes it (pdf_download_button),
+# hidden or not, and the place for its size; print_pdf.py shows it the same way.
+PDF_ENTRY = re.compile(r'<li(?: hidden)?>(<a href="[^"]*" target="_blank"\s+class="btn btn-sm '
+                       r'btn-download-book-pdf-button)')
+PDF_SIZE = re.compile(r'<span class="book-pdf-size">[^<]*</span>')
+
+
+def show_pdf_entry(page: str, size: int | None) -> str:
+    """``page`` with its PDF entry hidden (``size`` None: no PDF) or shown with the size."""
+    if size is None:
+        return PDF_ENTRY.sub(r"<li hidden>\1", page)
+    page = PDF_ENTRY.sub(r"<li>\1", page)
+    return PDF_SIZE.sub(f'<span class="book-pdf-size">({size / 1e6:.1f} MB)</span>', page)
 
 
 def _copy(source: Path, destination: Path) -> None:
@@ -493,7 +691,8 @@ def check_plotly_bundle(node_modules: Path) -> str:
     """Return the npm bundle's plotly.js version; fail unless the plotly package's matches.
 
     The figures are written by the pinned plotly package for the plotly.js it ships; the
-    site draws them with the npm partial bundle, so both must be the same release.
+    site draws them with a bundle built from npm's plotly.js, so both must be the same
+    release.
     """
     manifest = node_modules / PLOTLY_PACKAGE / "package.json"
     if not manifest.is_file():
@@ -510,6 +709,47 @@ def check_plotly_bundle(node_modules: Path) -> str:
             f'"{PLOTLY_PACKAGE}": "{expected}" in package.json and run `npm install`'
         )
     return bundled
+
+
+def build_plotly_bundle(node_modules: Path, destination: Path) -> int:
+    """Bundle plotly.js's core and ``PLOTLY_TRACES`` with esbuild (both from npm) into
+    ``destination``; return its size in bytes.
+
+    The bundle is kept in ``node_modules/.cache`` under a name made from what went into it
+    (the entry, the settings and both packages' versions), so a later build copies it.
+    """
+    versions = [
+        json.loads((node_modules / package / "package.json").read_text(encoding="utf-8"))["version"]
+        for package in (PLOTLY_PACKAGE, "esbuild")
+    ]
+    key = hashlib.sha1(
+        json.dumps([PLOTLY_ENTRY, ESBUILD_ARGS, versions]).encode()
+    ).hexdigest()[:16]
+    cached = node_modules / ".cache" / "book-plotly" / f"{key}.js"
+    if not cached.is_file():
+        node = shutil.which("node")
+        esbuild = node_modules / "esbuild" / "bin" / "esbuild"
+        if node is None or not esbuild.is_file():
+            raise ExtensionError(
+                "building plotly.js needs Node.js and npm's esbuild: run `npm ci` in the "
+                "repository root (the Makefile's `book` target does)"
+            )
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        partial = cached.with_suffix(".partial.js")
+        done = subprocess.run(
+            [node, str(esbuild), *ESBUILD_ARGS, f"--outfile={partial}"],
+            input=PLOTLY_ENTRY,
+            cwd=node_modules.parent,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise ExtensionError(f"esbuild could not bundle plotly.js:\n{done.stderr}")
+        partial.with_suffix(".css").unlink(missing_ok=True)  # map styles, not used
+        partial.replace(cached)
+    _copy(cached, destination)
+    return destination.stat().st_size
 
 
 def share_html_handlers(app: Sphinx) -> None:
@@ -551,6 +791,7 @@ def copy_vendored_assets(app: Sphinx) -> None:
             if not source.exists():
                 raise ExtensionError(f"{package} has no {folder}/{entry}; check package-lock.json")
             _copy(source, vendor / target / entry)
+    build_plotly_bundle(node_modules, vendor / "plotly" / PLOTLY_BUNDLE)
     for script in ("figure-layout.js", "render-plotly.js"):
         _copy(STATIC_DIR / script, vendor / "plotly" / script)
     _copy(STATIC_DIR / "site.css", vendor / "book" / "site.css")
@@ -670,13 +911,16 @@ def tidy_pages(app: Sphinx, exception: Exception | None) -> None:
         for page in outdir.rglob("*.html")
         if page.relative_to(outdir).parts[0] not in ("_static", VENDOR_DIR)
     ]
+    pdf = outdir / app.config.offline_site_pdf if app.config.offline_site_pdf else None
+    pdf_size = pdf.stat().st_size if pdf is not None and pdf.is_file() else None
     for page in pages:
         text = page.read_text(encoding="utf-8")
-        tidied = text
+        tidied = show_pdf_entry(text, pdf_size)
         for pattern, replacement in PAGE_FIXES:
             tidied = pattern.sub(replacement, tidied)
         if page.name != SEARCH_PAGE or page.parent != outdir:
             tidied = SEARCH_SCRIPTS.sub("", tidied)
+        tidied = number_figures(hang_code_lines(tidied))
         if tidied != text:
             page.write_text(tidied, encoding="utf-8")
     typeset_math(app, pages)
@@ -706,5 +950,5 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_css_file(f"{VENDOR_FROM_STATIC}/book/site.css")
     app.add_js_file(None, body=RESOLVE_COLOUR_MODE, priority=100)
     app.add_js_file(None, body=CLOSE_DRAWER_ON_LINK, priority=100)
-    app.add_js_file(None, body=MATH_TAB_STOPS, priority=100)
+    app.add_js_file(None, body=SCROLL_CUES, priority=100)
     return {"version": "1.1", "parallel_read_safe": True, "parallel_write_safe": True}

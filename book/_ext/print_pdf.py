@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import html
+import io
 import logging
 import os
 import re
@@ -45,7 +46,10 @@ PAGE_PX = round((297 - 32) / 25.4 * 96) - 40
 # The API reference, printed as a short appendix (API_APPENDIX).
 API_PAGE = "book/api"
 # Where the download menu shows the PDF's size (offline_site.pdf_download_button).
-SIZE_SLOT = re.compile(r'(<span class="book-pdf-size">\()[^)<]*(\)</span>)')
+SIZE_SLOT = re.compile(r'<span class="book-pdf-size">[^<]*</span>')
+# The entry itself, hidden until the PDF exists.
+HIDDEN_ENTRY = re.compile(r'<li hidden>(<a href="[^"]*" target="_blank"\s+class="btn btn-sm '
+                          r'btn-download-book-pdf-button)')
 
 FOOTER = (
     '<div style="font-size: 8pt; width: 100%; text-align: center; color: #444;">'
@@ -81,6 +85,47 @@ PREPARE = """async ([front, page_height]) => {
     // across pages rather than leave an empty page behind.
     document.querySelectorAll('div.cell_input, div[class*="highlight-"]').forEach(e => {
         if (e.getBoundingClientRect().height > page_height) { e.style.breakInside = 'auto'; }
+    });
+    // The PDF is tagged: its structure holds one element per element of the page that
+    // assistive technology sees, and a book's highlighted code (a span per token) and
+    // MathJax's MathML (an element per symbol) made 100,000 of them, most of a 23 MB file.
+    // In print, each code block is plain text (the colours go), and each formula one
+    // element, labelled with its text as search reads it.
+    // (An inline block is an element of its own there, so the lines are plain text too:
+    // print wraps them without the hanging indent.) A figure is one element, its drawing's
+    // label; plotly's other layers are hidden from that structure.
+    document.querySelectorAll('div.highlight pre').forEach(pre => {
+        pre.textContent = pre.textContent;
+        pre.classList.remove('hang');
+    });
+    document.querySelectorAll('.plotly-figure svg.main-svg:not([role="img"]), .modebar-container')
+        .forEach(e => e.setAttribute('aria-hidden', 'true'));
+    const linear = el => {
+        const kids = Array.from(el.children);
+        const tag = el.tagName.toLowerCase();
+        const sub = k => { const t = linear(k).trim(); return /^[\\w.]+$/.test(t) ? t : `(${t})`; };
+        if (['mi', 'mn', 'mtext'].includes(tag)) { return el.textContent.trim(); }
+        if (tag === 'mo') {
+            const op = el.textContent.trim();
+            if (/^[\u2061-\u2064]?$/.test(op)) { return ' '; }
+            return /^[=<>+\u2212\u00d7\u2264\u2265\u2248,]$/.test(op) ? ` ${op} ` : op;
+        }
+        if (tag === 'msub' || tag === 'munder') { return linear(kids[0]) + '_' + sub(kids[1]); }
+        if (tag === 'msup' || tag === 'mover') { return linear(kids[0]) + '^' + sub(kids[1]); }
+        if (tag === 'msubsup' || tag === 'munderover') {
+            return linear(kids[0]) + '_' + sub(kids[1]) + '^' + sub(kids[2]);
+        }
+        if (tag === 'mfrac') { return sub(kids[0]) + ' / ' + sub(kids[1]); }
+        return kids.map(linear).join(tag === 'mtr' ? ' ' : '') + (tag === 'mtr' ? '; ' : '');
+    };
+    document.querySelectorAll('mjx-container').forEach(math => {
+        const mml = math.querySelector('mjx-assistive-mml');
+        // A heading's math stays: Chromium makes its bookmark from the heading's MathML.
+        if (!mml || math.closest('h1, h2, h3, h4, h5, h6')) { return; }
+        const text = linear(mml.querySelector('math') || mml).replace(/\\s+/g, ' ').trim();
+        mml.remove();
+        math.setAttribute('role', 'math');
+        math.setAttribute('aria-label', text);
     });
     // What is still wider than the column (a long equation, a wide table) is scaled down
     // to fit, rather than cut at the margin.
@@ -138,7 +183,10 @@ HEADINGS = """() => Array.from(
     .map(h => {
         const copy = h.cloneNode(true);
         copy.querySelectorAll('.headerlink').forEach(a => a.remove());
-        return copy.textContent.replace(/\\s+/g, ' ').trim();
+        const text = copy.textContent.replace(/\\s+/g, ' ').trim();
+        // Without its math too: Chromium's bookmark of a heading leaves the math out.
+        copy.querySelectorAll('mjx-container').forEach(m => m.remove());
+        return [text, copy.textContent.replace(/\\s+/g, ' ').trim()];
     })"""
 
 # The chapters (by name) that start on the page where they fall, with no forced break.
@@ -353,11 +401,13 @@ def print_book(site: Path, out: Path, book_root: Path = REPO_ROOT) -> dict[str, 
             else:
                 raise RuntimeError(f"the table of contents says {pages}; the chapters start "
                                    f"on {chapter_pages(out, names, titles)}")
-            headings = page.evaluate(HEADINGS)
+            pairs = page.evaluate(HEADINGS)
+            headings = [full for full, _ in pairs]
+            bare = [text for _, text in pairs]
         finally:
             browser.close()
     printed.unlink()
-    fixed = fix_bookmarks(out, headings)
+    fixed = fix_bookmarks(out, headings, bare)
     pdf = pypdfium2.PdfDocument(out)
     try:
         count = len(pdf)
@@ -398,7 +448,7 @@ def _squeezed_twice(title: str, heading: str) -> bool:
     return t.startswith(h[:edge]) and t.endswith(h[-edge:]) and set(t) <= set(h)
 
 
-def fix_bookmarks(path: Path, headings: list[str]) -> int:
+def fix_bookmarks(path: Path, headings: list[str], bare: list[str] | None = None) -> int:
     """Give each bookmark its heading's text, written once; return how many changed.
 
     Chromium makes a bookmark of every heading, and writes the text of a heading it moved to
@@ -406,13 +456,16 @@ def fix_bookmarks(path: Path, headings: list[str]) -> int:
     a bookmark that is its heading with a piece written twice takes the heading's text; one
     that matches no heading near it keeps its own.
     """
-    from pypdf import PdfReader, PdfWriter
+    from pypdf import PdfWriter
     from pypdf.generic import NameObject, TextStringObject
 
     # Chromium's PDFs count one object fewer in their trailer than they hold; pypdf says so
     # on every read, and reads them right.
     logging.getLogger("pypdf").setLevel(logging.ERROR)
-    writer = PdfWriter(clone_from=PdfReader(path))
+    # An incremental update: the file as Chromium wrote it (its objects packed in compressed
+    # object streams), with the retitled bookmarks appended; rewriting it whole would unpack
+    # them and add half as much again to its size.
+    writer = PdfWriter(io.BytesIO(path.read_bytes()), incremental=True)
     outlines = writer.root_object.get("/Outlines")
     items = _bookmarks(outlines.get_object() if outlines is not None else None)
     changed = 0
@@ -423,7 +476,9 @@ def fix_bookmarks(path: Path, headings: list[str]) -> int:
             if _squeeze(title) == _squeeze(headings[j]):
                 next_heading = j + 1
                 break
-            if _squeezed_twice(title, headings[j]):
+            # ``bare``: the heading without its math, which Chromium's bookmark leaves out.
+            plain = bare[j] if bare else headings[j]
+            if _squeezed_twice(title, headings[j]) or _squeezed_twice(title, plain):
                 item[NameObject("/Title")] = TextStringObject(headings[j])
                 changed += 1
                 next_heading = j + 1
@@ -436,12 +491,13 @@ def fix_bookmarks(path: Path, headings: list[str]) -> int:
 
 def label_download_menus(html_dir: Path, pdf_name: str, size: int) -> int:
     """Write the PDF edition's size into the download menu of every page of the site beside
-    it (offline_site.pdf_download_button leaves a place for it); return how many pages."""
-    label = f"{size / 1e6:.1f} MB"
+    it (offline_site.pdf_download_button leaves a place for it), and show the entry, hidden
+    while there was no PDF; return how many pages."""
+    label = f'<span class="book-pdf-size">({size / 1e6:.1f} MB)</span>'
     labelled = 0
     for page in html_dir.rglob("*.html"):
         text = page.read_text(encoding="utf-8")
-        new = SIZE_SLOT.sub(rf"\g<1>{label}\g<2>", text)
+        new = HIDDEN_ENTRY.sub(r"<li>\1", SIZE_SLOT.sub(label, text))
         if new != text:
             page.write_text(new, encoding="utf-8")
             labelled += 1

@@ -88,7 +88,8 @@ def test_caption_names_the_slider_and_its_default_step(offline_site: ModuleType)
         },
     }
     caption = offline_site.figure_caption(figure)
-    assert caption["title"] == "One query; dotted: uniform."
+    # The caption gives the headline; the subtitle is drawn in the figure and read in its label.
+    assert caption["title"] == "One query."
     assert caption["shows"] == (
         "Horizontal axis key j; vertical axis weight. Legend: with scaling, without."
     )
@@ -125,7 +126,7 @@ def test_a_twin_gets_one_control_per_parameter(offline_site: ModuleType) -> None
     assert caption["title"] == "H = 2, fast."
     assert caption["print"] == ("Interactive on the site, with a control for each of H, mode; "
                                 "printed here at the default step, H = 2, mode = fast.")
-    assert "move the controls" in caption["screen"]
+    assert "the controls above" in caption["screen"]
     # The box is sized before anything is drawn, at the default step's own height.
     assert 'style="height: 420px"' in html and "BookFigures.reserve" in html
 
@@ -203,3 +204,89 @@ def test_math_is_typeset_at_build_time(offline_site: ModuleType, tmp_path: Path)
                     "\\(\\frac{1}\\)</span></body></html>", encoding="utf-8")
     failed = subprocess.run(run, capture_output=True, text=True)
     assert failed.returncode == 1 and "could not typeset" in failed.stderr
+
+
+def test_code_lines_hang_and_copy_unchanged(offline_site: ModuleType) -> None:
+    """Each line of a code block gets its own span with its indentation; a span of Pygments'
+    that runs over a line break is closed and opened again; the text is the code unchanged."""
+    code = (
+        '<span></span><span class="k">def</span> <span class="nf">f</span>():\n'
+        '    <span class="sd">&quot;&quot;&quot;One\n'
+        '    two.&quot;&quot;&quot;</span>\n'
+        "\n"
+        '    <span class="k">return</span> 1  <span class="c1"># a comment</span>\n'
+    )
+    page = f'<div class="highlight"><pre>{code}</pre></div>'
+    hung = offline_site.hang_code_lines(page)
+    assert hung.startswith('<div class="highlight"><pre class="hang">')
+    assert offline_site.hang_code_lines(hung) == hung  # a block is split once
+    (body,) = re.findall(r"<pre[^>]*>(.*)</pre>", hung, re.DOTALL)
+    text = re.sub(r"<[^>]+>", "", body)
+    assert text == re.sub(r"<[^>]+>", "", code)
+    lines = re.findall(r'<span class="line"(?: style="--indent:(\d+)")?>', body)
+    assert lines == ["", "4", "4", "", "4"]
+    # Every line's spans are balanced: the docstring's span is closed on its first line.
+    for line in re.findall(r'<span class="line"[^>]*>(.*?)</span>\n', body):
+        assert line.count("<span") <= line.count("</span>") + 1
+
+
+def test_figures_are_numbered_per_document(offline_site: ModuleType) -> None:
+    figure = offline_site.figure_html({"data": [], "layout": {"title": {"text": "A title"}}})
+    page = offline_site.number_figures(f"<p>x</p>{figure}<p>y</p>{figure}")
+    assert re.findall(r'<figure class="plotly-output" id="(figure-\d+)"', page) == [
+        "figure-1", "figure-2"]
+    assert re.findall(r"Figure (\d+)\. A title", page) == ["1", "2"]
+    # The single-page build numbers each document's figures from 1.
+    book = offline_site.number_figures(
+        f'<span id="document-a"></span>{figure}<span id="document-b"></span>{figure}{figure}'
+    )
+    assert re.findall(r"Figure (\d+)\. A title", book) == ["1", "1", "2"]
+    assert len(set(re.findall(r'id="(figure-[\d-]+)"', book))) == 3
+
+
+def test_pdf_entry_shows_only_with_the_pdf(offline_site: ModuleType) -> None:
+    entry = (
+        '<li><a href="../attention-book.pdf" target="_blank"\n'
+        '   class="btn btn-sm btn-download-book-pdf-button dropdown-item">'
+        'Book PDF <span class="book-pdf-size"></span></a></li>'
+    )
+    hidden = offline_site.show_pdf_entry(entry, None)
+    assert hidden.startswith("<li hidden><a ")
+    shown = offline_site.show_pdf_entry(hidden, 11_960_000)
+    assert shown.startswith("<li><a ")
+    assert '<span class="book-pdf-size">(12.0 MB)</span>' in shown
+    assert "make" not in shown
+
+
+def test_a_trace_type_outside_the_bundle_stops_the_build(offline_site: ModuleType) -> None:
+    figure = {"data": [{"type": "scatter3d", "x": [0], "y": [0], "z": [0]}], "layout": {}}
+    with pytest.raises(Exception, match="scatter3d"):
+        offline_site.PlotlyMimeRenderer.handle_mime(
+            _RecordingRenderer(), _mime(PLOTLY, figure), False)
+
+
+def test_a_slider_runs_the_way_its_axis_does(offline_site: ModuleType) -> None:
+    """A parameter an axis draws from its largest value down gets a slider that runs right
+    to left, with its ends swapped; another keeps the usual direction."""
+    twin = {
+        "params": [{"name": "n_kv_heads", "label": "G", "values": [1, 2, 4],
+                    "text": ["1", "2", "4"]}],
+        "steps": [[0], [1], [2]], "traces": [[0, 1], [1, 2], [2, 3]], "active": 1,
+        "size": [{"height": 400}] * 3,
+    }
+
+    def figure(x: list[str]) -> dict:
+        return {
+            "data": [{"type": "scatter", "x": x, "y": [1, 2, 3]}] * 3,
+            "layout": {"xaxis": {"type": "category", "title": {"text": "G"}},
+                       "meta": {"twin": twin},
+                       "sliders": [{"steps": [{"args": [{}, {}]}] * 3}]},
+        }
+
+    backwards = figure(["4", "2", "1"])
+    assert offline_site.reversed_params(backwards, twin) == {0}
+    html = offline_site.figure_html(backwards)
+    assert 'dir="rtl"' in html
+    assert '<span class="twin-ends" aria-hidden="true"><span>4</span><span>1</span>' in html
+    assert offline_site.reversed_params(figure(["1", "2", "4"]), twin) == set()
+    assert 'dir="rtl"' not in offline_site.figure_html(figure(["1", "2", "4"]))

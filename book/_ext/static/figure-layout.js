@@ -29,6 +29,11 @@
   // Px of axis length each tick label needs, across and along the axis.
   var TICK_SPACING = { x: 80, y: 45 };
   var LINE_HEIGHT = 1.3;
+  // The smallest tick label drawn (px): smaller ones are set at this size.
+  var MIN_TICK_SIZE = 11;
+  // A band at the top of every figure, above its title, where plotly's toolbar (the
+  // modebar, about 26 px tall at the top right) is drawn: it never covers the title.
+  var TOOLBAR_ROOM = 30;
 
   function clone(value) {
     return value === undefined ? undefined : JSON.parse(JSON.stringify(value));
@@ -709,8 +714,10 @@
 
     // The title is broken over lines to the figure's width and stands at its top; the top
     // margin holds it and the titles of the top row of subplots.
-    var top = 10;
-    var titleShift = 8;
+    // In print (the PDF edition marks its page book-pdf) there is no toolbar.
+    var band = typeof document !== "undefined" && document.documentElement.classList.contains("book-pdf") ? 0 : TOOLBAR_ROOM;
+    var top = 10 + band;
+    var titleShift = 8 + band;
     var title = layout.title;
     if (title && typeof title === "object" && title.text) {
       var titleFont = fontOf(layout, title);
@@ -768,7 +775,7 @@
             widestWord = Math.max(widestWord, textWidth(word, f.size, f.family));
           });
       });
-      var size = widestWord > each ? Math.max(8, Math.floor((f.size * each) / widestWord)) : f.size;
+      var size = widestWord > each ? Math.max(MIN_TICK_SIZE, Math.floor((f.size * each) / widestWord)) : f.size;
       layout[p.x] = Object.assign({}, axis, {
         tickmode: "array",
         tickvals: cats,
@@ -824,6 +831,67 @@
       }
     });
 
+    // Tick labels are never smaller than MIN_TICK_SIZE.
+    Object.keys(layout).forEach(function (key) {
+      var axis = layout[key];
+      if (!/^[xy]axis\d*$/.test(key) || !axis) {
+        return;
+      }
+      var size = fontOf(layout, { font: axis.tickfont }).size;
+      if (size < MIN_TICK_SIZE) {
+        layout[key] = Object.assign({}, axis, {
+          tickfont: Object.assign({}, axis.tickfont, { size: MIN_TICK_SIZE }),
+        });
+      }
+    });
+
+    // A log axis with automatic ticks labels whole numbers only: plotly labels the 2s and
+    // 5s between powers of ten with a bare digit, in a smaller type ("100, 5, 2, 10"), so
+    // such an axis gets ticks at the powers of ten when it spans three or more, and at
+    // 1, 2 and 5 times them, written out ("50"), when it spans fewer.
+    Object.keys(layout).forEach(function (key) {
+      var m = key.match(/^([xy])axis(\d*)$/);
+      var axis = layout[key];
+      if (!m || !axis || axis.type !== "log" || axis.tickvals || axis.dtick !== undefined) {
+        return;
+      }
+      var extent = logExtent(data, m[1], m[1] + m[2], axis);
+      if (!extent) {
+        return;
+      }
+      var decades = Math.log10(extent[1] / extent[0]);
+      if (decades >= 2.5) {
+        layout[key] = Object.assign({}, axis, { dtick: 1 });
+        return;
+      }
+      var span = axis.domain || [0, 1];
+      var most = Math.max(2, Math.floor(((span[1] - span[0]) * (m[1] === "x" ? plotWidth : plotHeight)) / TICK_SPACING[m[1]]));
+      var values = [];
+      // 1, 2 and 5 times each power of ten; 1 and 5 times, or the powers alone, when
+      // the axis is too short for them all.
+      [[1, 2, 5], [1, 5], [1, 3], [1]].some(function (digits) {
+        values = [];
+        for (var k = Math.floor(Math.log10(extent[0])) - 1; k <= Math.ceil(Math.log10(extent[1])); k++) {
+          digits.forEach(function (d) {
+            var v = Number((d * Math.pow(10, k)).toPrecision(3));
+            if (v >= extent[0] / 1.02 && v <= extent[1] * 1.02) {
+              values.push(v);
+            }
+          });
+        }
+        return values.length <= most;
+      });
+      if (values.length >= 2) {
+        layout[key] = Object.assign({}, axis, {
+          tickmode: "array",
+          tickvals: values,
+          ticktext: values.map(function (v) {
+            return v.toLocaleString("en-US", { maximumSignificantDigits: 3 });
+          }),
+        });
+      }
+    });
+
     // Fewer ticks on a short axis (linear and log axes with automatic ticks).
     Object.keys(layout).forEach(function (key) {
       var m = key.match(/^([xy])axis\d*$/);
@@ -847,6 +915,29 @@
     delete layout.width;
     layout.autosize = true;
     return { data: data, layout: layout };
+  }
+
+  // The positive data a log axis shows ([lowest, highest]), or its own range when it sets
+  // one (in powers of ten); null when there is neither.
+  function logExtent(data, letter, key, axis) {
+    if (Array.isArray(axis.range) && axis.range.length === 2 && axis.autorange !== true) {
+      return [Math.pow(10, Math.min(axis.range[0], axis.range[1])), Math.pow(10, Math.max(axis.range[0], axis.range[1]))];
+    }
+    var lo = Infinity;
+    var hi = 0;
+    var ref = key.replace("axis", "");
+    data.forEach(function (t) {
+      if (t.visible === false || (t[letter + "axis"] || letter) !== ref || !Array.isArray(t[letter])) {
+        return;
+      }
+      t[letter].forEach(function (v) {
+        if (typeof v === "number" && v > 0) {
+          lo = Math.min(lo, v);
+          hi = Math.max(hi, v);
+        }
+      });
+    });
+    return hi > 0 && lo < Infinity ? [lo, hi] : null;
   }
 
   function height(figure, width) {

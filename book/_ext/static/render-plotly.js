@@ -63,7 +63,11 @@
         var text = axis && axis.visible !== false && axis.title && axis.title.text;
         if (text) {
           var direction = key.charAt(0) === "x" ? "horizontal" : "vertical";
-          axes.push(direction + " axis " + titleOf({ title: axis.title }));
+          var words = direction + " axis " + titleOf({ title: axis.title });
+          // Subplots that share an axis title name it once.
+          if (axes.indexOf(words) < 0) {
+            axes.push(words);
+          }
         }
       });
     var names = [];
@@ -88,12 +92,20 @@
     return /[.?!]$/.test(text) ? text : text + ".";
   }
 
+  // The first line of a figure's title (its headline), without the subtitle.
+  function headlineOf(layout) {
+    var title = layout && layout.title;
+    var text = String((title && typeof title === "object" ? title.text : title) || "");
+    return F.plainText(text.split(/<br\s*\/?>/i)[0]).replace(/\s+/g, " ").trim();
+  }
+
   function updateCaption(entry, shown) {
-    var title = titleOf(shown.layout) || "plotly figure";
+    var title = headlineOf(shown.layout) || "plotly figure";
     var what = shows(shown.data, shown.layout);
     var text = entry.holder.querySelector(".plotly-caption-text");
     if (text) {
-      text.textContent = "Figure: " + withStop(title) + " ";
+      var number = entry.holder.getAttribute("data-figure-number");
+      text.textContent = (number ? "Figure " + number + ". " : "Figure: ") + withStop(title) + " ";
       var part = document.createElement("span");
       part.className = "plotly-caption-shows";
       part.textContent = what;
@@ -124,7 +136,7 @@
       paper.setAttribute("role", "img");
       paper.setAttribute(
         "aria-label",
-        ((title ? "Figure: " + title + ". " : "") + (entry.captionText || "")).trim() || "plotly figure"
+        ((title ? "Figure" + (entry.holder.getAttribute("data-figure-number") ? " " + entry.holder.getAttribute("data-figure-number") + ". " : ": ") + title + ". " : "") + (entry.captionText || "")).trim() || "plotly figure"
       );
     }
   }
@@ -213,6 +225,9 @@
   // twice, so a figure that cannot fit is still drawn.
   function settle(entry, gd) {
     var out = overflow(entry);
+    if (Math.max(out.l, out.r, out.t, out.b) < 0.5) {
+      return clearAnnotations(entry, gd);
+    }
     var key = entry.box.clientWidth + ":" + entry.step;
     var over = Math.max(out.l, out.r, out.t, out.b);
     var extra = entry.extra[key] || { l: 0, r: 0, t: 0, b: 0, tries: 0 };
@@ -227,6 +242,109 @@
     extra.tries += 1;
     entry.extra[key] = extra;
     return drawNow(entry);
+  }
+
+  // --- annotations off the data ----------------------------------------------------------
+
+  // The data a drawing shows, as screen boxes: its markers, and points every 3 px along its
+  // lines, each inside its subplot's plotting area.
+  function dataMarks(gd) {
+    var found = [];
+    gd.querySelectorAll(".cartesianlayer .subplot").forEach(function (subplot) {
+      var id = Array.prototype.filter.call(subplot.classList, function (c) {
+        return /^x\d*y\d*$/.test(c);
+      })[0];
+      var drag = id && gd.querySelector(".draglayer ." + id + " rect.nsewdrag");
+      if (!drag) {
+        return;
+      }
+      var area = drag.getBoundingClientRect();
+      var keep = function (r) {
+        if (r.right >= area.left && r.left <= area.right && r.bottom >= area.top && r.top <= area.bottom) {
+          found.push(r);
+        }
+      };
+      subplot.querySelectorAll(".trace.scatter path.point").forEach(function (e) {
+        keep(e.getBoundingClientRect());
+      });
+      subplot.querySelectorAll(".trace path.js-line").forEach(function (path) {
+        var m = path.getScreenCTM();
+        if (!m) {
+          return;
+        }
+        var length = path.getTotalLength();
+        for (var d = 0; d <= length; d += 3) {
+          var q = path.getPointAtLength(d);
+          var x = m.a * q.x + m.c * q.y + m.e;
+          var y = m.b * q.x + m.d * q.y + m.f;
+          keep({ left: x, right: x, top: y, bottom: y });
+        }
+      });
+    });
+    return found;
+  }
+
+  function meets(r, list, margin) {
+    return list.some(function (k) {
+      return k.right > r.left + margin && k.left < r.right - margin && k.bottom > r.top + margin && k.top < r.bottom - margin;
+    });
+  }
+
+  // An annotation whose text lies over the data (a label on a reference line that a curve
+  // crosses, say) moves off it: up or down by its own height, once or twice, to the first
+  // place where it meets no data and no other text and stays inside the figure. An
+  // annotation with an arrow keeps its place: its arrow points at the data on purpose.
+  function clearAnnotations(entry, gd) {
+    var notes = (gd.layout && gd.layout.annotations) || [];
+    if (!notes.length || !window.Plotly) {
+      return gd;
+    }
+    var marks = dataMarks(gd);
+    if (!marks.length) {
+      return gd;
+    }
+    var box = entry.box.getBoundingClientRect();
+    var drawn = Array.prototype.slice.call(gd.querySelectorAll("g.annotation"));
+    var texts = Array.prototype.map.call(gd.querySelectorAll("svg.main-svg text"), function (t) {
+      return { el: t, r: t.getBoundingClientRect() };
+    }).filter(function (t) {
+      return t.r.width > 0 && t.el.textContent.trim();
+    });
+    var update = {};
+    drawn.forEach(function (g) {
+      var i = Number(g.getAttribute("data-index"));
+      var note = notes[i];
+      var text = g.querySelector("text");
+      if (!note || !text || note.showarrow || note.visible === false) {
+        return;
+      }
+      var r = text.getBoundingClientRect();
+      if (!r.width || !meets(r, marks, 1)) {
+        return;
+      }
+      var others = texts.filter(function (t) {
+        return !g.contains(t.el);
+      });
+      var step = r.height + 2;
+      [step, -step, 2 * step, -2 * step].some(function (dy) {
+        var moved = { left: r.left, right: r.right, top: r.top - dy, bottom: r.bottom - dy };
+        var inside = moved.top >= box.top && moved.bottom <= box.bottom;
+        var clear = !meets(moved, marks, 1) && !meets(moved, others.map(function (t) {
+          return t.r;
+        }), 1);
+        if (inside && clear) {
+          update["annotations[" + i + "].yshift"] = (Number(note.yshift) || 0) + dy;
+          return true;
+        }
+        return false;
+      });
+    });
+    if (!Object.keys(update).length) {
+      return gd;
+    }
+    return window.Plotly.relayout(gd, update).then(function () {
+      return gd;
+    });
   }
 
   // --- twin controls -------------------------------------------------------------------

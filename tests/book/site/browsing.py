@@ -140,7 +140,7 @@ def settle(page: Page) -> None:
 # Measures one drawn figure (its box, the .plotly-figure element): every text of the drawing
 # that reaches past the box, every two texts that overlap, any legend or boxed annotation
 # that lies over the data (markers, bars, heatmap cells, or points of a line), and any
-# other annotation over bars or heatmap cells.
+# other annotation over the data (but for one with an arrow, which points at it).
 MEASURE_FIGURE = r"""gd => {
     const box = gd.getBoundingClientRect();
     const shown = el => {
@@ -222,10 +222,15 @@ MEASURE_FIGURE = r"""gd => {
             && !clear(style.stroke, style.strokeOpacity);
         const text = JSON.stringify(note.textContent.trim().slice(0, 40));
         const r = bg.getBoundingClientRect();
+        const words = note.querySelector('text');
+        const arrow = note.querySelector('.annotation-arrow-g path');
+        const inner = words ? words.getBoundingClientRect() : r;
         if ((filled || outlined) && covers(r)) {
             covering.push('the annotation box ' + text);
         } else if (hits(r, areas)) {
             covering.push('the annotation ' + text + ' (over bars or cells)');
+        } else if (!arrow && inner.width && hits(inner, points)) {
+            covering.push('the annotation ' + text + ' (over markers or lines)');
         }
     });
     return {texts: texts.length, clipped, overlaps, covering,

@@ -4,8 +4,9 @@ PDFium (pypdfium2).
 It has a title page, a table of contents whose page numbers lead to each chapter, every
 chapter of _toc.yml under the title its source gives it, every figure of the lessons drawn
 (at its default step, with the caption saying it is interactive on the site, and without
-the controls the site draws), page numbers, at most MAX_PAGES pages and no empty one (a code
-cell taller than a page breaks across pages), one bookmark per heading under the heading's
+the controls the site draws), page numbers, at most MAX_PAGES pages and MAX_BYTES bytes
+(350 pages and 14 MB, as the README says), no empty page (a code cell taller than a page
+breaks across pages), one bookmark per heading under the heading's
 own text, the API reference as a short appendix, and no text printed beyond the right
 margin (code wraps instead). The site links it from the intro page and the download menu,
 which gives its size and no longer offers to print the page on screen.
@@ -25,8 +26,10 @@ import pytest
 PLOTLY = "application/vnd.plotly.v1+json"
 # Printed under every figure (book/_ext/offline_site.py, figure_caption).
 FIGURE_NOTE = "Interactive on the site"
-# The whole book prints on at most this many pages (eleven chapters print on about 400).
-MAX_PAGES = 450
+# The whole book prints on at most this many pages, and weighs at most this many bytes (the
+# README states the same limits).
+MAX_PAGES = 350
+MAX_BYTES = 14_000_000
 # A page holds at least this many characters besides its number: less is an empty page
 # (a box pushed whole to the next page leaves one behind).
 MIN_PAGE_TEXT = 40
@@ -103,6 +106,12 @@ def chapter_titles(book_root: Path, toc_files: list[str]) -> dict[str, str]:
         source = next(book_root.glob(f"{name}.*"))
         titles[name] = _first_heading(source)
     return titles
+
+
+def test_pdf_weight(pdf_path: Path) -> None:
+    """The PDF edition weighs at most MAX_BYTES (14 MB)."""
+    size = pdf_path.stat().st_size
+    assert size <= MAX_BYTES, f"{size / 1e6:.1f} MB; at most {MAX_BYTES / 1e6:.0f} MB"
 
 
 def test_page_count_and_page_numbers(
