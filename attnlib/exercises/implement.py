@@ -14,6 +14,20 @@ whose body is ``raise NotImplementedError`` gives "not implemented yet".
 Registering an implementation exercise: decorate a function that takes no argument and
 returns an :class:`Implementation` with ``@implementation("NN.k")``.
 
+Example:
+    >>> from attnlib.exercises import check
+    >>> def attend(Q, K, V):
+    ...     raise NotImplementedError
+    >>> check("02.5", attend).status  # doctest: +ELLIPSIS
+    02.5: not implemented yet. Replace the line `raise NotImplementedError` with your code ...
+    'unanswered'
+    >>> def attend(Q, K, V):  # the literal softmax
+    ...     A = (Q @ K.mT / Q.shape[-1] ** 0.5).exp()
+    ...     return A / A.sum(dim=-1, keepdim=True) @ V
+    >>> check("02.5", attend).status  # doctest: +ELLIPSIS
+    02.5: e^x overflows to inf for logits above about 88.7 in float32 ...
+    'incorrect'
+
 Lesson: the implementation exercises of lessons 01-10 (first used in
 01_attention_as_lookup).
 """
@@ -122,7 +136,7 @@ class NotImplementedYetError(Exception):
 def _theirs(exc: BaseException) -> str:
     """The reader's exception, with the frames of their own code only (no file paths)."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if not os.path.abspath(f.filename).startswith(_HERE)
+              if not os.path.abspath(f.filename).startswith(_ATTNLIB)
               and not os.path.abspath(f.filename).startswith(os.path.dirname(torch.__file__))]
     lines = [f"  in {f.name}, line {f.lineno}: {(f.line or '').strip()}" for f in frames[-3:]]
     detail = str(exc).strip().splitlines()
