@@ -19,6 +19,10 @@ PORT ?= 8000
 # The PDF edition, beside the site; the file name is _config.yml's offline_site_pdf, which
 # the site's download menu and the intro page link.
 PDF := $(HTML)/attention-book.pdf
+# The browser that prints the PDF and drives the browser tests (Debian's chromium by default;
+# CHROMIUM=/path names another). make test and make pdf check for it before anything runs.
+CHROMIUM ?= /usr/bin/chromium
+export CHROMIUM
 # Extra flags for `jupyter-book build`; `make test` passes --all for a full rebuild.
 JB_FLAGS ?=
 # A second numeric environment for the checked outputs: PyTorch's portable kernels instead of
@@ -32,7 +36,7 @@ NBVAL := -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval
   -n auto --dist loadfile
 
 .PHONY: help book pdf serve lab execute models test test-lib test-nbval test-book \
-  test-standalone test-browser clean distclean
+  test-standalone test-browser check-browser clean distclean
 
 help:
 	@echo "make book       build the static site into $(HTML)"
@@ -71,8 +75,19 @@ book: $(VENV_STAMP) $(NPM_STAMP)
 	  exit $$status; \
 	fi
 
+# Fails at once, with what to install, when the browser the PDF and the site checks need is
+# missing (rather than ten minutes into make test).
+check-browser:
+	@if [ ! -x "$(CHROMIUM)" ]; then \
+	  echo "make: no Chromium at $(CHROMIUM). make pdf and make test print the PDF and check the"; \
+	  echo "site in it: install Debian's chromium and its fonts"; \
+	  echo "  (sudo apt-get install chromium fonts-dejavu-core), or name another with CHROMIUM=/path."; \
+	  echo "make book and make serve do not need it."; \
+	  exit 1; \
+	fi
+
 # The single-page build, printed by Chromium (book/_ext/print_pdf.py): no TeX.
-pdf: $(VENV_STAMP) $(NPM_STAMP)
+pdf: check-browser $(VENV_STAMP) $(NPM_STAMP)
 	@mkdir -p $(LOGS)
 	@echo "jupyter-book build . --builder singlehtml  (log: $(LOGS)/pdf-build.log)"
 	$(BIN)/jupyter-book build . --builder singlehtml -W --keep-going $(JB_FLAGS) \
@@ -115,7 +130,7 @@ test-lib: $(VENV_STAMP) $(NPM_STAMP)
 # browsers fill both CPUs by themselves.
 TEST_JOBS ?= 2
 
-test: $(VENV_STAMP) $(NPM_STAMP)
+test: check-browser $(VENV_STAMP) $(NPM_STAMP)
 	@echo "== test-lib, test-book, test-nbval, test-standalone: $(TEST_JOBS) at a time, each part's output when it ends"
 	$(MAKE) -j $(TEST_JOBS) --output-sync=target test-lib test-book test-nbval test-standalone \
 	  STANDALONE_ENVS=colab
@@ -129,7 +144,7 @@ test-nbval: $(VENV_STAMP)
 	$(BIN)/python $(NBVAL) lessons/
 	$(PORTABLE) $(BIN)/python $(NBVAL) -q lessons/
 
-test-book: $(VENV_STAMP) $(NPM_STAMP)
+test-book: check-browser $(VENV_STAMP) $(NPM_STAMP)
 	@echo "== book build (full rebuild, warnings are errors)"
 	$(MAKE) book JB_FLAGS=--all
 	BOOK_SITE_REQUIRED=1 $(BIN)/python -m pytest tests/book/site/test_site_build.py
@@ -147,7 +162,7 @@ test-standalone: $(VENV_STAMP)
 	$(BIN)/python tests/check_lessons_standalone.py $(addprefix --env ,$(STANDALONE_ENVS))
 
 # Needs the site and the PDF that test-book builds.
-test-browser: $(VENV_STAMP) $(NPM_STAMP)
+test-browser: check-browser $(VENV_STAMP) $(NPM_STAMP)
 	@echo "== the site in a browser (weight, layout shift, axe-core, figures, navigation, search)"
 	BOOK_SITE_REQUIRED=1 $(BIN)/python -m pytest -n 3 --dist loadfile \
 	  tests/book/site/test_site_browser.py tests/book/site/test_site_figures.py \

@@ -10,9 +10,12 @@ Modules, one concept each (the chapter that explains it in brackets):
 - ``masks``      causal, padding and sliding-window masks                (04)
 - ``heads``      split/merge heads and the GQA group map                 (03, 06)
 - ``rope``       rotary position embedding                               (08)
+- ``attention_layer`` the layer contract: project, rotate, cache, attend, combine (03)
 - ``gqa``        grouped-query attention (MHA and MQA are its limits)    (03, 06)
 - ``mla``        multi-head latent attention and GQA -> MLA conversion   (07)
-- ``cache``      KV and latent caches                                    (05, 07)
+- ``gates``      gated attention, an output gate per head                (09)
+- ``sliding``    sliding-window attention and its window cache           (05)
+- ``cache``      the cache protocol; KV and latent caches                (05, 07)
 - ``norms``      LayerNorm and RMSNorm                                   (04)
 - ``variants``   the attention variants a block builds, by name          (04, 06, 07)
 - ``layers``     feed-forward, transformer blocks, ``TinyDecoder``        (04, 05)
@@ -20,6 +23,7 @@ Modules, one concept each (the chapter that explains it in brackets):
 - ``costs``      multiply-adds of decoding, MLA's decoding paths          (01, 05, 07)
 - ``convert``    weights from Hugging Face's Llama and DeepSeek attention (06, 07)
 - ``flash``      exact tiled attention with an online softmax            (09)
+- ``approx``     linear attention, random features, top-k, the delta rule (09)
 - ``randomised`` sampling, sketching and low-rank estimators of attention (10)
 - ``tokens``     toy tokenizers and the embedding lookup                 (00)
 - ``examples``   the lessons' fixed examples (toy database, toy layer)   (01, 03)
@@ -43,9 +47,11 @@ Example:
 """
 
 # reachable as attnlib.tokens, ...: lesson 00's tokens, the lessons' examples, the cost
-# accounting, the Hugging Face converters, lesson 09's approx and gates, lesson 10's randomised
-from attnlib import approx, convert, costs, examples, gates, randomised, tokens  # noqa: F401
-from attnlib.cache import KVCache, LatentCache
+# accounting, the Hugging Face converters, lesson 09's approx and gates, lesson 10's randomised,
+# the sliding window
+from attnlib import approx, convert, costs, examples, gates, randomised, sliding, tokens  # noqa: F401
+from attnlib.attention_layer import AttentionLayer
+from attnlib.cache import Cache, KVCache, LatentCache
 from attnlib.core import KERNELS, attention, attention_weights, row_normalise, similarity
 from attnlib.device import default_device
 from attnlib.flash import tiled_attention
@@ -70,7 +76,7 @@ from attnlib.mla import MultiHeadLatentAttention, mla_absorbed, mla_from_mha, ml
 from attnlib.norms import LayerNorm, RMSNorm, layer_norm, rms_norm
 from attnlib.rope import apply_rope
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 __all__ = [
     "__version__",
@@ -90,6 +96,8 @@ __all__ = [
     "repeat_kv",
     # rope
     "apply_rope",
+    # the layer contract
+    "AttentionLayer",
     # gqa
     "GroupedQueryAttention",
     "MultiHeadAttention",
@@ -101,6 +109,7 @@ __all__ = [
     "mla_naive",
     "mla_absorbed",
     # cache
+    "Cache",
     "KVCache",
     "LatentCache",
     # norms

@@ -6,12 +6,13 @@ module, built from the checks below; the mathematics follows. A failed check rai
 and shows the value given.
 
 Checks run on the arguments a caller passes, and only there. When attnlib computes with
-tensors it made or checked itself, it calls the unchecked mathematics directly:
+tensors it made or checked itself, it skips the checks:
 
-- a public function ``f`` that other attnlib modules build on keeps its mathematics in a
-  core ``f.unchecked`` (the module's private ``_f``), which attnlib's modules call;
-- a module's ``forward`` checks its arguments and runs ``_forward``, the same computation
-  unchecked, which is what a block or a decoder calls on its sublayers;
+- a public function ``f`` that other attnlib modules build on takes a keyword-only
+  ``check: bool = True`` as its last parameter; attnlib's modules call ``f(..., check=False)``,
+  which skips the one check at its top and runs the same mathematics;
+- a module's ``forward`` takes the same ``check`` keyword; a block or a decoder checks its
+  own arguments and calls its sublayers with ``check=False``;
 - building blocks for callers that have checked their inputs (``rope_rotate``,
   ``rope_positions``) check nothing.
 

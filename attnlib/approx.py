@@ -89,7 +89,9 @@ def elu_feature_map(X: torch.Tensor) -> torch.Tensor:
     return F.elu(X) + 1.0
 
 
-def positive_random_features(X: torch.Tensor, Omega: torch.Tensor) -> torch.Tensor:
+def positive_random_features(
+    X: torch.Tensor, Omega: torch.Tensor, *, check: bool = True
+) -> torch.Tensor:
     """``phi(X) = exp(X Omega - |X|^2 / 2) / sqrt(r)``: Performer's positive random features.
 
     For ``Omega`` with i.i.d. ``N(0, I)`` columns ``omega_l`` (``l = 0 .. r-1``),
@@ -100,6 +102,8 @@ def positive_random_features(X: torch.Tensor, Omega: torch.Tensor) -> torch.Tens
     Args:
         X: ``(..., N, d)`` rows (queries or keys, already multiplied by ``sqrt(scale)``).
         Omega: ``(d, r)`` projection, e.g. from :func:`gaussian_features`.
+        check: validate the arguments first (the default); attnlib's own calls on tensors
+            it made pass False.
 
     Returns:
         ``(..., N, r)``, every entry > 0.
@@ -111,11 +115,8 @@ def positive_random_features(X: torch.Tensor, Omega: torch.Tensor) -> torch.Tens
 
     Lesson: 09_frontier.
     """
-    _check_projection(X, "X", Omega)
-    return _positive_random_features(X, Omega)
-
-
-def _positive_random_features(X: torch.Tensor, Omega: torch.Tensor) -> torch.Tensor:
+    if check:
+        _check_projection(X, "X", Omega)
     r = Omega.shape[-1]
     log_phi = X @ Omega - 0.5 * X.pow(2).sum(dim=-1, keepdim=True)  # (..., N, r)
     return torch.exp(log_phi) / math.sqrt(r)
@@ -244,7 +245,7 @@ def _linear_from_features(
     else:
         KV = torch.cumsum(phi_K.unsqueeze(-1) * V.unsqueeze(-2), dim=-3)  # (..., N_KV, r, d_V)
         z = torch.cumsum(phi_K, dim=-2)  # (..., N_KV, r)
-        last = query_positions.unchecked(n_q, n_kv, phi_Q.device)  # last visible key per query
+        last = query_positions(n_q, n_kv, device=phi_Q.device, check=False)  # last visible key
         seen = (last >= 0)[:, None]  # (N_Q, 1): does query i see any key?
         last = last.clamp(min=0)
         num = (phi_Q.unsqueeze(-2) @ KV[..., last, :, :]).squeeze(-2)  # (..., N_Q, d_V)
@@ -288,27 +289,21 @@ class LinearAttentionState:
         self.z: torch.Tensor | None = None
         self.n_tokens = 0
 
-    def step(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def step(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+             check: bool = True) -> torch.Tensor:
         """Add token ``t``'s key and value to the state, then answer its query.
 
         Args:
             q: ``(..., d_QK)`` the new query.
             k: ``(..., d_QK)`` the new key.
             v: ``(..., d_V)`` the new value.
+            check: validate the arguments first (the default); attnlib's own calls pass False.
 
         Returns:
             ``(..., d_V)``: ``y_t = phi(q) S / (phi(q) . z)``.
         """
-        for name, x in (("q", q), ("k", k), ("v", v)):
-            check_tensor(name, x)
-        if q.shape[-1] != k.shape[-1]:
-            raise ValueError(
-                f"q and k must share the last dimension d_QK; got {tuple(q.shape)} and "
-                f"{tuple(k.shape)}"
-            )
-        return self._step(q, k, v)
-
-    def _step(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if check:
+            _check_step(q, k, v)
         phi_q, phi_k = self.phi(q), self.phi(k)  # (..., r)
         S_new = phi_k.unsqueeze(-1) * v.unsqueeze(-2)  # (..., r, d_V)  phi(k)^T v
         self.S = S_new if self.S is None else self.S + S_new
@@ -353,7 +348,8 @@ def linear_attention_recurrent(
     """
     _check_linear(Q, K, V, phi, per_token=True)
     state = LinearAttentionState(phi)
-    ys = [state._step(Q[..., t, :], K[..., t, :], V[..., t, :]) for t in range(Q.shape[-2])]
+    ys = [state.step(Q[..., t, :], K[..., t, :], V[..., t, :], check=False)
+          for t in range(Q.shape[-2])]
     return torch.stack(ys, dim=-2)  # (..., N, d_V)
 
 
@@ -389,8 +385,8 @@ def random_feature_kernel(
     """
     _check_performer(Q, K, None, Omega, False, scale)
     root = math.sqrt(1.0 / math.sqrt(Q.shape[-1]) if scale is None else scale)
-    phi_Q = _positive_random_features(Q * root, Omega)  # (..., N_Q, r)
-    phi_K = _positive_random_features(K * root, Omega)  # (..., N_KV, r)
+    phi_Q = positive_random_features(Q * root, Omega, check=False)  # (..., N_Q, r)
+    phi_K = positive_random_features(K * root, Omega, check=False)  # (..., N_KV, r)
     return phi_Q @ phi_K.mT  # (..., N_Q, N_KV)
 
 
@@ -452,7 +448,9 @@ def performer_attention(
 # ---------------------------------------------------------------------------------------
 
 
-def topk_mask(scores: torch.Tensor, k: int, *, allowed: torch.Tensor | None = None) -> torch.Tensor:
+def topk_mask(
+    scores: torch.Tensor, k: int, *, allowed: torch.Tensor | None = None, check: bool = True
+) -> torch.Tensor:
     """For each query, True on the ``k`` allowed keys with the largest scores.
 
     Ties are broken towards the smaller key index, so the choice is deterministic. When a
@@ -463,6 +461,8 @@ def topk_mask(scores: torch.Tensor, k: int, *, allowed: torch.Tensor | None = No
         k: keys kept per query (>= 1).
         allowed: optional bool ``(..., N_Q, N_KV)`` (broadcastable): the keys a query may
             see at all, such as a causal mask; True = may attend.
+        check: validate the arguments first (the default); attnlib's own calls on tensors
+            it made pass False.
 
     Returns:
         Bool tensor of the broadcast shape of ``scores`` and ``allowed``.
@@ -473,14 +473,8 @@ def topk_mask(scores: torch.Tensor, k: int, *, allowed: torch.Tensor | None = No
 
     Lesson: 09_frontier.
     """
-    check_tensor("scores", scores, min_dim=2)
-    check_positive_int("k", k)
-    if allowed is not None:
-        _check_allowed(allowed, scores)
-    return _topk_mask(scores, k, allowed)
-
-
-def _topk_mask(scores: torch.Tensor, k: int, allowed: torch.Tensor | None) -> torch.Tensor:
+    if check:
+        _check_topk_mask(scores, k, allowed)
     if allowed is not None:
         scores = scores.masked_fill(~allowed, -math.inf)
     order = torch.sort(scores, dim=-1, descending=True, stable=True).indices  # ties: smaller j
@@ -533,9 +527,9 @@ def topk_attention(
     n_q, n_kv = Q.shape[-2], K.shape[-2]
     if index_scores is None:
         index_scores = s * Q @ K.mT  # (..., N_Q, N_KV) the exact logits
-    allowed = causal_mask.unchecked(n_q, n_kv, Q.device) if causal else None
-    keep = _topk_mask(index_scores, k, allowed)  # (..., N_Q, N_KV)
-    return attention.unchecked(Q, K, V, mask=keep, scale=s)
+    allowed = causal_mask(n_q, n_kv, device=Q.device, check=False) if causal else None
+    keep = topk_mask(index_scores, k, allowed=allowed, check=False)  # (..., N_Q, N_KV)
+    return attention(Q, K, V, mask=keep, scale=s, check=False)
 
 
 # ---------------------------------------------------------------------------------------
@@ -642,6 +636,13 @@ def _check_topk(Q, K, V, k, index_scores, causal, scale) -> None:
                     f"(..., N_Q, N_KV) = (..., {n_q}, {n_kv})")
 
 
+def _check_topk_mask(scores: object, k: object, allowed: object) -> None:
+    check_tensor("scores", scores, min_dim=2)
+    check_positive_int("k", k)
+    if allowed is not None:
+        _check_allowed(allowed, scores)
+
+
 def _check_delta(Q, K, V, beta, alpha) -> None:
     check_qkv(Q, K, V)
     _check_one_query_per_key(Q, K)
@@ -683,3 +684,13 @@ def _check_allowed(allowed: object, scores: torch.Tensor) -> None:
             f"allowed must broadcast to the scores' shape {tuple(scores.shape)}; got "
             f"{tuple(allowed.shape)}"
         ) from err
+
+
+def _check_step(q: object, k: object, v: object) -> None:
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        check_tensor(name, x)
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q and k must share the last dimension d_QK; got {tuple(q.shape)} and "
+            f"{tuple(k.shape)}"
+        )

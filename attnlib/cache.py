@@ -11,6 +11,15 @@ earlier token. Those never change, so they are computed once and kept:
 * :class:`LatentCache` keeps MLA's shared latent ``L = X W_L`` (``d_L`` numbers) and, with
   decoupled RoPE, the one rotated key ``k_R`` (``d_R`` numbers) per token and layer;
   :class:`StaticLatentCache` keeps them in buffers allocated once.
+* :class:`attnlib.sliding.WindowCache` keeps the keys and values of the last ``window``
+  tokens only (sliding-window attention).
+
+Every cache follows one public protocol, :class:`Cache`: ``append(*new)`` adds the new
+tokens' tensors and returns everything held, ``n_tokens`` is the position of the next token,
+``nbytes`` the bytes held, ``reset()`` forgets every token, and ``check_next(*rows)`` says,
+before a forward pass runs, whether new rows of that shape fit (an attention layer asks it
+in its check step, then appends with ``check=False``). A subclass names the tensors it
+holds in :attr:`Cache.fields` and adds the rules its tensors must keep.
 
 What the cache saves is arithmetic; :mod:`attnlib.costs` counts it
 (:func:`attnlib.costs.decode_step_macs`, :func:`attnlib.costs.generation_macs`).
@@ -20,9 +29,6 @@ through a module in pieces with a cache gives the same outputs as one causal cal
 the whole sequence. Keys are stored *after* RoPE, so a cached key never needs rotating
 again. One cache object serves one attention layer, whose ``new_cache(max_tokens)`` makes
 the right kind.
-
-``update`` checks what it is given and appends it; the attention modules, which made the
-tensors themselves, call the unchecked ``_append``.
 """
 
 from __future__ import annotations
@@ -33,17 +39,7 @@ import torch
 
 from attnlib._checks import check_positive_int, check_tensor
 
-__all__ = ["KVCache", "LatentCache", "StaticKVCache", "StaticLatentCache"]
-
-
-def _concat(held: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor:
-    """``new`` after ``held`` along the token axis -2: a new tensor, every held row copied."""
-    return new if held is None else torch.cat((held, new), dim=-2)
-
-
-def _buffer(like: torch.Tensor, max_tokens: int) -> torch.Tensor:
-    """An empty ``(..., max_tokens, d)`` buffer with ``like``'s other sizes, dtype and device."""
-    return like.new_empty((*like.shape[:-2], max_tokens, like.shape[-1]))
+__all__ = ["Cache", "KVCache", "LatentCache", "Rows", "StaticKVCache", "StaticLatentCache"]
 
 
 class Rows(NamedTuple):
@@ -53,43 +49,156 @@ class Rows(NamedTuple):
     dtype: torch.dtype
     device: torch.device
 
-
-def _rows(name: str, new: object) -> Rows:
-    """The :class:`Rows` of a tensor ``new (..., N_new, d)`` handed to ``update``."""
-    check_tensor(name, new, min_dim=2)
-    return Rows(tuple(new.shape), new.dtype, new.device)
-
-
-def _check_fits(name: str, held: torch.Tensor | None, new: Rows) -> None:
-    """``new`` must match ``held`` in every dimension but the token axis, in dtype and device."""
-    if held is None:
-        return
-    same_rest = held.shape[:-2] == new.shape[:-2] and held.shape[-1] == new.shape[-1]
-    if not same_rest:
-        raise ValueError(
-            f"{name} must match the cached shape in every dimension but the token axis -2: "
-            f"cached {tuple(held.shape)}, got {tuple(new.shape)}"
-        )
-    if new.dtype != held.dtype or new.device != held.device:
-        raise ValueError(
-            f"{name} must match the cache's dtype and device ({held.dtype}, {held.device}); "
-            f"got ({new.dtype}, {new.device})"
-        )
+    @classmethod
+    def of(cls, name: str, new: object) -> Rows:
+        """The rows of a tensor ``new (..., N_new, d)`` handed to ``append`` (checked)."""
+        check_tensor(name, new, min_dim=2)
+        return cls(tuple(new.shape), new.dtype, new.device)
 
 
-def _check_kv_pair(K: Rows, V: Rows) -> None:
-    if K.shape[-2] != V.shape[-2] or K.shape[:-2] != V.shape[:-2]:
-        raise ValueError(
-            "K and V must have the same leading shape and token count; "
-            f"got K {tuple(K.shape)} and V {tuple(V.shape)}"
-        )
+class Cache:
+    """The protocol every cache follows; a subclass names what it holds in :attr:`fields`.
+
+    Tensors are held along the token axis -2. Without ``max_tokens`` they grow by
+    ``torch.cat`` (every call copies what is held); with it, the first :meth:`append`
+    allocates buffers for ``max_tokens`` tokens and every call writes the new rows into the
+    next free positions, ``buffer[..., n:n + N_new, :] = new``, so no held row is copied
+    again. The outputs are the same either way.
+
+    Subclasses set :attr:`fields` (and :attr:`optional`, the fields that may be None on
+    every call, as MLA's ``k_R`` without decoupled RoPE) and override :meth:`check_next`
+    with the rules their tensors keep; a cache that keeps only some tokens (a sliding
+    window) overrides :meth:`append` as well.
+
+    Attributes:
+        max_tokens: the most tokens the buffers hold, or None for a growing cache.
+
+    Lesson: 05_kv_cache.
+    """
+
+    fields: tuple[str, ...] = ()
+    """The names of the tensors held, in the order :meth:`append` takes and returns them."""
+    optional: tuple[str, ...] = ()
+    """Fields that may be None (given on every call or on none)."""
+
+    def __init__(self, max_tokens: int | None = None) -> None:
+        self.max_tokens = None if max_tokens is None else check_positive_int(
+            "max_tokens", max_tokens)
+        self._held: dict[str, torch.Tensor | None] = dict.fromkeys(self.fields)
+        self._n = 0
+
+    @property
+    def n_tokens(self) -> int:
+        """Number of tokens seen, the position of the next one (0 for an empty cache)."""
+        return self._n
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the cached tensors (the rows in use): ``numel * element size``."""
+        return sum(_nbytes(getattr(self, name)) for name in self.fields)
+
+    @property
+    def allocated_nbytes(self) -> int:
+        """Bytes allocated: the buffers' ``max_tokens`` rows, or :attr:`nbytes` when growing."""
+        if self.max_tokens is None:
+            return self.nbytes
+        return sum(_nbytes(t) for t in self._held.values())
+
+    def held(self, name: str) -> torch.Tensor | None:
+        """The held rows of tensor ``name`` (a view of the buffer), or None before any."""
+        T = self._held[name]
+        return T if T is None or self.max_tokens is None else T[..., : self._n, :]
+
+    def __getattr__(self, name: str) -> torch.Tensor | None:
+        # cache.K, cache.V, cache.L, cache.k_R: the held rows of that field
+        if name in type(self).fields:
+            return self.held(name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def append(self, *new: torch.Tensor | None, check: bool = True) -> tuple:
+        """Append the new tokens' tensors (one per field); return everything held.
+
+        Args:
+            *new: one tensor per field, ``(..., N_new, d)``, in the order of :attr:`fields`
+                (None for an optional field that is off).
+            check: validate them first (the default); an attention layer that checked
+                with :meth:`check_next` before running passes False.
+
+        Returns:
+            One tensor per field with every held row (None for an optional field that is off).
+
+        Raises:
+            ValueError: the new rows do not fit what is held (shape, dtype, device, room).
+        """
+        if check:
+            self.check_next(*(None if t is None else Rows.of(name, t)
+                              for name, t in zip(self.fields, new, strict=True)))
+        n, n_new = self._n, new[0].shape[-2]
+        self._n = n + n_new
+        out = []
+        for name, T in zip(self.fields, new, strict=True):
+            held = self._held[name]
+            if T is None:
+                out.append(held)
+            elif self.max_tokens is None:  # grow: every held row is copied
+                self._held[name] = held = T if held is None else torch.cat((held, T), dim=-2)
+                out.append(held)
+            else:  # write into the buffer: once, never moved
+                if held is None:
+                    self._held[name] = held = T.new_empty((*T.shape[:-2], self.max_tokens,
+                                                           T.shape[-1]))
+                held[..., n : n + n_new, :] = T
+                out.append(held[..., : n + n_new, :])
+        return tuple(out)
+
+    def check_next(self, *new: Rows | None) -> None:
+        """Raise unless new rows of these shapes fit (one :class:`Rows` per field).
+
+        The rules every cache keeps: one leading shape and token count for every field, the
+        held shape in every dimension but the token axis, the held dtype and device, an
+        optional field on every call or on none, and room in ``max_tokens``.
+        """
+        first = new[0]
+        for name, rows in zip(self.fields, new, strict=True):
+            held = self._held[name]  # a buffer has the held rows' shape but for the token axis
+            if rows is not None and rows.shape[:-1] != first.shape[:-1]:
+                raise ValueError(
+                    f"{' and '.join(self.fields)} must have the same leading shape and token "
+                    f"count; got {self.fields[0]} {tuple(first.shape)} and {name} "
+                    f"{tuple(rows.shape)}"
+                )
+            if name in self.optional and self._n > 0 and (rows is None) != (held is None):
+                raise ValueError(
+                    f"{name} must be given on every call or on none (decoupled RoPE is on or "
+                    f"off); the cache holds {name}: {held is not None}, got {name}: "
+                    f"{rows is not None}"
+                )
+            if rows is not None and held is not None:
+                _check_fits(name, held, rows, self._n)
+        if self.max_tokens is not None and self._n + first.shape[-2] > self.max_tokens:
+            names = " and ".join(n for n, r in zip(self.fields, new, strict=True) if r is not None)
+            raise ValueError(
+                f"{names} must fit in max_tokens={self.max_tokens}: the cache holds {self._n} "
+                f"tokens and got {first.shape[-2]} more"
+            )
+
+    def reset(self) -> None:
+        """Forget every token (a preallocated cache keeps its buffers for the next sequence)."""
+        self._n = 0
+        if self.max_tokens is None:
+            self._held = dict.fromkeys(self.fields)
+
+    def __repr__(self) -> str:
+        first = self.held(self.fields[0]) if self.fields else None
+        shape = None if first is None else tuple(first.shape)
+        if self.max_tokens is None:
+            return (f"{type(self).__name__}(n_tokens={self._n}, {self.fields[0]}_shape={shape}, "
+                    f"nbytes={self.nbytes})")
+        return (f"{type(self).__name__}(n_tokens={self._n}, max_tokens={self.max_tokens}, "
+                f"nbytes={self.nbytes}, allocated_nbytes={self.allocated_nbytes})")
 
 
-def _nbytes(*tensors: torch.Tensor | None) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
-
-
-class KVCache:
+class KVCache(Cache):
     """Keys and values of every token seen so far: ``K, V`` of shape ``(..., G, N, d_head)``.
 
     Pass one instance as ``cache=`` to an attention module; each call appends the new
@@ -101,75 +210,34 @@ class KVCache:
 
     Example:
         >>> cache = KVCache()
-        >>> K, V = cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
+        >>> K, V = cache.append(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
         >>> cache.n_tokens, cache.nbytes   # 2 tensors * 2 heads * 3 tokens * 4 * 4 bytes
         (3, 192)
 
     Lesson: 05_kv_cache.
     """
 
-    def __init__(self) -> None:
-        self.K: torch.Tensor | None = None
-        self.V: torch.Tensor | None = None
+    fields = ("K", "V")
 
-    @property
-    def n_tokens(self) -> int:
-        """Number of tokens held (0 for an empty cache)."""
-        return 0 if self.K is None else self.K.shape[-2]
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by the cached tensors: ``(numel(K) + numel(V)) * element size``."""
-        return _nbytes(self.K, self.V)
-
-    def update(self, K: torch.Tensor, V: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append new keys and values; return everything held.
-
-        Args:
-            K: ``(..., G, N_new, d_head)`` keys of the new tokens (already rotated).
-            V: ``(..., G, N_new, d_v)`` their values.
-
-        Returns:
-            ``(K_all, V_all)`` with ``N_all = n_tokens`` rows.
-        """
-        self._check_next(_rows("K", K), _rows("V", V))
-        return self._append(K, V)
-
-    def _check_next(self, K: Rows, V: Rows) -> None:
-        """New keys and values of these shapes fit (an attention module asks before it runs)."""
-        _check_kv_pair(K, V)
-        _check_fits("K", self.K, K)
-        _check_fits("V", self.V, V)
-
-    def _append(self, K: torch.Tensor, V: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        self.K, self.V = _concat(self.K, K), _concat(self.V, V)
-        return self.K, self.V
-
-    def reset(self) -> None:
-        """Forget every token."""
-        self.K = self.V = None
-
-    def __repr__(self) -> str:
-        shape = None if self.K is None else tuple(self.K.shape)
-        return f"KVCache(n_tokens={self.n_tokens}, K_shape={shape}, nbytes={self.nbytes})"
+    def __init__(self, max_tokens: int | None = None) -> None:
+        super().__init__(max_tokens)
 
 
 class StaticKVCache(KVCache):
     """A :class:`KVCache` whose buffers are allocated once and written in place.
 
-    The first :meth:`update` allocates ``K`` and ``V`` buffers of shape
+    The first :meth:`~Cache.append` allocates ``K`` and ``V`` buffers of shape
     ``(..., G, max_tokens, d)``; every call then writes the new rows into the next free
-    positions, ``buffer[..., n:n + N_new, :] = new``, and returns views of the first
-    ``n_tokens`` rows. No held row is ever copied again, where :class:`KVCache`'s
-    ``torch.cat`` copies all of them at every call. The outputs are the same: it is usable
-    wherever a :class:`KVCache` is.
+    positions and returns views of the first ``n_tokens`` rows. No held row is ever copied
+    again, where :class:`KVCache`'s ``torch.cat`` copies all of them at every call. The
+    outputs are the same: it is usable wherever a :class:`KVCache` is.
 
     Attributes:
         max_tokens: the most tokens the buffers hold.
 
     Example:
         >>> cache = StaticKVCache(max_tokens=8)
-        >>> K, V = cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
+        >>> K, V = cache.append(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
         >>> cache.n_tokens, cache.nbytes, cache.allocated_nbytes   # 3 of 8 tokens held
         (3, 192, 512)
 
@@ -177,74 +245,13 @@ class StaticKVCache(KVCache):
     """
 
     def __init__(self, max_tokens: int) -> None:
-        self.max_tokens = check_positive_int("max_tokens", max_tokens)
-        self._K: torch.Tensor | None = None  # (..., G, max_tokens, d_head)
-        self._V: torch.Tensor | None = None  # (..., G, max_tokens, d_v)
-        self._n = 0
-
-    @property
-    def K(self) -> torch.Tensor | None:  # type: ignore[override]
-        """``(..., G, N, d_head)`` view of the held keys, or None before the first call."""
-        return None if self._K is None else self._K[..., : self._n, :]
-
-    @property
-    def V(self) -> torch.Tensor | None:  # type: ignore[override]
-        """``(..., G, N, d_v)`` view of the held values, or None before the first call."""
-        return None if self._V is None else self._V[..., : self._n, :]
-
-    @property
-    def n_tokens(self) -> int:
-        """Number of tokens held (0 for an empty cache)."""
-        return self._n
-
-    @property
-    def allocated_nbytes(self) -> int:
-        """Bytes of the two buffers, ``max_tokens`` rows each (0 before the first call)."""
-        return _nbytes(self._K, self._V)
-
-    def update(self, K: torch.Tensor, V: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write new keys and values after the held ones, in place; return everything held.
-
-        Args:
-            K: ``(..., G, N_new, d_head)`` keys of the new tokens (already rotated).
-            V: ``(..., G, N_new, d_v)`` their values.
-
-        Returns:
-            ``(K_all, V_all)``: views of the buffers with ``N_all = n_tokens`` rows.
-
-        Raises:
-            ValueError: the new tokens would not fit in ``max_tokens``, or their shape,
-                dtype or device differ from the buffers'.
-        """
-        self._check_next(_rows("K", K), _rows("V", V))
-        return self._append(K, V)
-
-    def _check_next(self, K: Rows, V: Rows) -> None:
-        """New keys and values of these shapes fit the buffers and the room left in them."""
-        _check_kv_pair(K, V)
-        _check_room("K and V", self._n, K.shape[-2], self.max_tokens)
-        _check_fits("K", self._K, K)
-        _check_fits("V", self._V, V)
-
-    def _append(self, K: torch.Tensor, V: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self._K is None or self._V is None:
-            self._K, self._V = _buffer(K, self.max_tokens), _buffer(V, self.max_tokens)
-        n, n_new = self._n, K.shape[-2]
-        self._K[..., n : n + n_new, :] = K  # written once, never moved
-        self._V[..., n : n + n_new, :] = V
-        self._n = n + n_new
-        return self._K[..., : self._n, :], self._V[..., : self._n, :]
-
-    def reset(self) -> None:
-        """Forget every token; keep the buffers for the next sequence."""
-        self._n = 0
-
-    def __repr__(self) -> str:
-        return (f"StaticKVCache(n_tokens={self._n}, max_tokens={self.max_tokens}, "
-                f"nbytes={self.nbytes}, allocated_nbytes={self.allocated_nbytes})")
+        if max_tokens is None:
+            raise TypeError(f"max_tokens must be a positive int for a {type(self).__name__}; "
+                            "got None")
+        super().__init__(max_tokens)
 
 
-class LatentCache:
+class LatentCache(Cache):
     """MLA's cache: the latent ``L`` of shape ``(..., N, d_L)`` and the rotated key ``k_R``.
 
     ``k_R`` (shape ``(..., N, d_R)``) exists only with decoupled RoPE (``d_rope > 0``); it
@@ -255,72 +262,41 @@ class LatentCache:
         L: ``(..., N, d_L)`` cached latents, or None before the first call.
         k_R: ``(..., N, d_R)`` cached rotated keys, or None.
 
+    Example:
+        >>> cache = LatentCache()
+        >>> L, k_R = cache.append(torch.zeros(1, 3, 4))   # no decoupled RoPE: k_R is None
+        >>> cache.n_tokens, cache.nbytes, k_R
+        (3, 48, None)
+
     Lesson: 07_mla.
     """
 
-    def __init__(self) -> None:
-        self.L: torch.Tensor | None = None
-        self.k_R: torch.Tensor | None = None
+    fields = ("L", "k_R")
+    optional = ("k_R",)
 
-    @property
-    def n_tokens(self) -> int:
-        """Number of tokens held (0 for an empty cache)."""
-        return 0 if self.L is None else self.L.shape[-2]
+    def __init__(self, max_tokens: int | None = None) -> None:
+        super().__init__(max_tokens)
 
-    @property
-    def nbytes(self) -> int:
-        """Bytes held: ``(numel(L) + numel(k_R)) * element size``."""
-        return _nbytes(self.L, self.k_R)
-
-    def update(
-        self, L: torch.Tensor, k_R: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Append new latents (and rotated keys); return everything held.
-
-        Args:
-            L: ``(..., N_new, d_L)`` latents of the new tokens.
-            k_R: ``(..., N_new, d_R)`` their rotated keys, or None without decoupled RoPE.
-
-        Returns:
-            ``(L_all, k_R_all)``; ``k_R_all`` is None when no rotated keys are kept.
-        """
-        self._check_next(_rows("L", L), None if k_R is None else _rows("k_R", k_R))
-        return self._append(L, k_R)
-
-    def _check_next(self, L: Rows, k_R: Rows | None) -> None:
-        """New latents (and rotated keys) of these shapes fit what the cache holds."""
-        _check_latent(self, L, k_R)
-
-    def _append(
-        self, L: torch.Tensor, k_R: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        self.L = _concat(self.L, L)
-        if k_R is not None:
-            self.k_R = _concat(self.k_R, k_R)
-        return self.L, self.k_R
-
-    def reset(self) -> None:
-        """Forget every token."""
-        self.L = self.k_R = None
-
-    def __repr__(self) -> str:
-        shape = None if self.L is None else tuple(self.L.shape)
-        return f"LatentCache(n_tokens={self.n_tokens}, L_shape={shape}, nbytes={self.nbytes})"
+    def append(self, L: torch.Tensor, k_R: torch.Tensor | None = None, *,
+               check: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Append new latents ``(..., N_new, d_L)`` (and rotated keys ``(..., N_new, d_R)``,
+        or None without decoupled RoPE); return ``(L_all, k_R_all)``."""
+        return super().append(L, k_R, check=check)
 
 
 class StaticLatentCache(LatentCache):
     """A :class:`LatentCache` whose buffers are allocated once and written in place.
 
-    The latent counterpart of :class:`StaticKVCache`: the first :meth:`update` allocates
-    ``L`` (and ``k_R``) buffers for ``max_tokens`` tokens, and every call writes the new
-    rows into the next free positions; no held row is copied again.
+    The latent counterpart of :class:`StaticKVCache`: the first :meth:`~Cache.append`
+    allocates ``L`` (and ``k_R``) buffers for ``max_tokens`` tokens, and every call writes
+    the new rows into the next free positions; no held row is copied again.
 
     Attributes:
         max_tokens: the most tokens the buffers hold.
 
     Example:
         >>> cache = StaticLatentCache(max_tokens=8)
-        >>> L, k_R = cache.update(torch.zeros(1, 3, 4), torch.zeros(1, 3, 2))
+        >>> L, k_R = cache.append(torch.zeros(1, 3, 4), torch.zeros(1, 3, 2))
         >>> cache.n_tokens, cache.nbytes, cache.allocated_nbytes   # 3 of 8 tokens held
         (3, 72, 192)
 
@@ -328,94 +304,28 @@ class StaticLatentCache(LatentCache):
     """
 
     def __init__(self, max_tokens: int) -> None:
-        self.max_tokens = check_positive_int("max_tokens", max_tokens)
-        self._L: torch.Tensor | None = None  # (..., max_tokens, d_L)
-        self._k_R: torch.Tensor | None = None  # (..., max_tokens, d_R)
-        self._n = 0
-
-    @property
-    def L(self) -> torch.Tensor | None:  # type: ignore[override]
-        """``(..., N, d_L)`` view of the held latents, or None before the first call."""
-        return None if self._L is None else self._L[..., : self._n, :]
-
-    @property
-    def k_R(self) -> torch.Tensor | None:  # type: ignore[override]
-        """``(..., N, d_R)`` view of the held rotated keys, or None."""
-        return None if self._k_R is None else self._k_R[..., : self._n, :]
-
-    @property
-    def n_tokens(self) -> int:
-        """Number of tokens held (0 for an empty cache)."""
-        return self._n
-
-    @property
-    def allocated_nbytes(self) -> int:
-        """Bytes of the buffers, ``max_tokens`` rows each (0 before the first call)."""
-        return _nbytes(self._L, self._k_R)
-
-    def update(
-        self, L: torch.Tensor, k_R: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Write new latents (and rotated keys) after the held ones, in place.
-
-        Args:
-            L: ``(..., N_new, d_L)`` latents of the new tokens.
-            k_R: ``(..., N_new, d_R)`` their rotated keys, or None without decoupled RoPE.
-
-        Returns:
-            ``(L_all, k_R_all)``: views of the buffers with ``N_all = n_tokens`` rows.
-        """
-        self._check_next(_rows("L", L), None if k_R is None else _rows("k_R", k_R))
-        return self._append(L, k_R)
-
-    def _check_next(self, L: Rows, k_R: Rows | None) -> None:
-        """New latents (and rotated keys) fit the buffers and the room left in them."""
-        _check_room("L", self._n, L.shape[-2], self.max_tokens)
-        _check_latent(self, L, k_R)
-
-    def _append(
-        self, L: torch.Tensor, k_R: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if self._L is None:
-            self._L = _buffer(L, self.max_tokens)
-            self._k_R = None if k_R is None else _buffer(k_R, self.max_tokens)
-        n, n_new = self._n, L.shape[-2]
-        self._L[..., n : n + n_new, :] = L  # written once, never moved
-        if k_R is not None:
-            self._k_R[..., n : n + n_new, :] = k_R
-        self._n = n + n_new
-        return self.L, self.k_R
-
-    def reset(self) -> None:
-        """Forget every token; keep the buffers for the next sequence."""
-        self._n = 0
-
-    def __repr__(self) -> str:
-        return (f"StaticLatentCache(n_tokens={self._n}, max_tokens={self.max_tokens}, "
-                f"nbytes={self.nbytes}, allocated_nbytes={self.allocated_nbytes})")
+        if max_tokens is None:
+            raise TypeError(f"max_tokens must be a positive int for a {type(self).__name__}; "
+                            "got None")
+        super().__init__(max_tokens)
 
 
-def _check_room(name: str, held: int, n_new: int, max_tokens: int) -> None:
-    if held + n_new > max_tokens:
+def _nbytes(T: torch.Tensor | None) -> int:
+    return 0 if T is None else T.numel() * T.element_size()
+
+
+def _check_fits(name: str, held: torch.Tensor, new: Rows, n_held: int) -> None:
+    """``new`` must match ``held`` (``n_held`` rows of it in use) in every dimension but the
+    token axis, in dtype and device."""
+    same_rest = held.shape[:-2] == new.shape[:-2] and held.shape[-1] == new.shape[-1]
+    if not same_rest:
+        cached = (*held.shape[:-2], n_held, held.shape[-1])
         raise ValueError(
-            f"{name} must fit in max_tokens={max_tokens}: the cache holds {held} tokens and "
-            f"got {n_new} more"
+            f"{name} must match the cached shape in every dimension but the token axis -2: "
+            f"cached {cached}, got {tuple(new.shape)}"
         )
-
-
-def _check_latent(cache: LatentCache, L: Rows, k_R: Rows | None) -> None:
-    """``L`` and ``k_R`` fit each other and what ``cache`` holds."""
-    _check_fits("L", cache.L, L)
-    if cache.n_tokens > 0 and (k_R is None) != (cache.k_R is None):
+    if new.dtype != held.dtype or new.device != held.device:
         raise ValueError(
-            "k_R must be given on every call or on none (decoupled RoPE is on or off); "
-            f"the cache holds k_R: {cache.k_R is not None}, got k_R: {k_R is not None}"
+            f"{name} must match the cache's dtype and device ({held.dtype}, {held.device}); "
+            f"got ({new.dtype}, {new.device})"
         )
-    if k_R is not None:
-        _check_fits("k_R", cache.k_R, k_R)
-        if k_R.shape[:-1] != L.shape[:-1]:
-            raise ValueError(
-                "k_R must have one row per row of L (same leading shape); "
-                f"got L {tuple(L.shape)} and k_R {tuple(k_R.shape)}"
-            )
-

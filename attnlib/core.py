@@ -63,6 +63,8 @@ def attention(
     causal: bool = False,
     scale: float | None = None,
     impl: str = "auto",
+    enable_gqa: bool = False,
+    check: bool = True,
 ) -> torch.Tensor:
     """Kernel attention ``Y = Z^-1 A V`` with ``A = f(scale * Q K^T)`` masked by ``mask``.
 
@@ -82,6 +84,11 @@ def attention(
             fewer queries than keys means "the last N_Q positions").
         scale: multiplies the dot products; default ``1/sqrt(d_QK)``.
         impl: ``"auto"`` or ``"explicit"``.
+        enable_gqa: (fused path only) ``K`` and ``V`` may have ``G`` heads in dimension -3
+            where ``Q`` has ``H``, a multiple of ``G``: query head ``h`` reads KV head
+            ``h // (H // G)``, as in :func:`attnlib.gqa.grouped_query_attention`.
+        check: validate the arguments first (the default); attnlib's own calls on tensors
+            it made pass False.
 
     Returns:
         ``Y`` of shape ``(..., N_Q, d_V)`` (batch dimensions broadcast), dtype of ``Q``.
@@ -98,28 +105,8 @@ def attention(
 
     Lesson: 01_attention_as_lookup (kernels), 02_softmax_attention (softmax).
     """
-    _check_attention(Q, K, V, kernel, mask, causal, scale, impl)
-    return _attention(Q, K, V, kernel=kernel, mask=mask, causal=causal, scale=scale, impl=impl)
-
-
-def _attention(
-    Q: torch.Tensor,
-    K: torch.Tensor,
-    V: torch.Tensor,
-    *,
-    kernel: Kernel = "softmax",
-    mask: torch.Tensor | None = None,
-    causal: bool = False,
-    scale: float | None = None,
-    impl: str = "auto",
-    enable_gqa: bool = False,
-) -> torch.Tensor:
-    """:func:`attention` without its input check (``attention.unchecked``).
-
-    ``enable_gqa=True`` (fused path only) lets ``K`` and ``V`` have ``G`` heads in
-    dimension -3 where ``Q`` has ``H``, a multiple of ``G``: query head ``h`` reads KV head
-    ``h // (H // G)``, as in :func:`attnlib.gqa.grouped_query_attention`.
-    """
+    if check:
+        _check_attention(Q, K, V, kernel, mask, causal, scale, impl)
     scale = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else scale
     if impl == "auto" and kernel == "softmax":
         return _sdpa(Q, K, V, mask, causal, scale, enable_gqa)  # fused kernel, same Y
@@ -133,9 +120,6 @@ def _attention(
     return Y.to(dtype)
 
 
-attention.unchecked = _attention
-
-
 def attention_weights(
     Q: torch.Tensor,
     K: torch.Tensor,
@@ -144,6 +128,7 @@ def attention_weights(
     mask: torch.Tensor | None = None,
     causal: bool = False,
     scale: float | None = None,
+    check: bool = True,
 ) -> torch.Tensor:
     """The normalised weights ``P = Z^-1 A``: row ``i`` is how much query ``i`` takes from each key.
 
@@ -158,6 +143,8 @@ def attention_weights(
         mask: bool, broadcastable to ``(..., N_Q, N_KV)``; True = may attend.
         causal: also apply :func:`attnlib.masks.causal_mask` (bottom-right aligned).
         scale: multiplies the dot products; default ``1/sqrt(d_QK)``.
+        check: validate the arguments first (the default); attnlib's own calls on tensors
+            it made pass False.
 
     Returns:
         ``(..., N_Q, N_KV)``, in the dtype of ``Q``.
@@ -170,29 +157,14 @@ def attention_weights(
 
     Lesson: 02_softmax_attention.
     """
-    _check_attention(Q, K, None, kernel, mask, causal, scale)
-    return _attention_weights(Q, K, kernel=kernel, mask=mask, causal=causal, scale=scale)
-
-
-def _attention_weights(
-    Q: torch.Tensor,
-    K: torch.Tensor,
-    *,
-    kernel: Kernel = "softmax",
-    mask: torch.Tensor | None = None,
-    causal: bool = False,
-    scale: float | None = None,
-) -> torch.Tensor:
-    """:func:`attention_weights` without its input check (``attention_weights.unchecked``)."""
+    if check:
+        _check_attention(Q, K, None, kernel, mask, causal, scale)
     scale = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else scale
     work = work_dtype(Q.dtype)  # half precision: work in float32
     S = scale * Q.to(work) @ K.to(work).mT  # (..., N_Q, N_KV) logits
     A = _kernel_matrix(kernel, S, _allowed(mask, causal, Q, K))  # (..., N_Q, N_KV)
     Z = A.sum(dim=-1, keepdim=True)  # (..., N_Q, 1)
     return (A / torch.where(Z > 0, Z, 1.0)).to(Q.dtype)  # P = Z^-1 A
-
-
-attention_weights.unchecked = _attention_weights
 
 
 def similarity(
@@ -273,7 +245,7 @@ def _allowed(
     """``mask & causal_mask(N_Q, N_KV)``: one bool "may attend" tensor, or None for all keys."""
     if not causal:
         return mask
-    causal_part = causal_mask.unchecked(Q.shape[-2], K.shape[-2], Q.device)
+    causal_part = causal_mask(Q.shape[-2], K.shape[-2], device=Q.device, check=False)
     return causal_part if mask is None else mask & causal_part
 
 

@@ -23,9 +23,8 @@ import torch
 
 from attnlib._checks import check_matrix, check_tensor
 from attnlib._params import init_weight
-from attnlib.cache import KVCache
-from attnlib.gqa import GroupedQueryAttention, grouped_query_attention
-from attnlib.heads import head_mask, merge_heads, split_heads
+from attnlib.gqa import GroupedQueryAttention
+from attnlib.heads import merge_heads, split_heads
 from attnlib.variants import register_attention
 
 __all__ = ["GatedAttention", "output_gate"]
@@ -59,7 +58,7 @@ def output_gate(Y: torch.Tensor, X: torch.Tensor, W_theta: torch.Tensor) -> torc
     _check_gate(Y, X, W_theta)
     G = torch.sigmoid(X @ W_theta)  # (..., N, H d_head) or (..., N, d_V)
     if Y.dim() > X.dim():  # every head: column block h gates head h
-        G = split_heads.unchecked(G, Y.shape[-3])  # (..., H, N, d_head)
+        G = split_heads(G, Y.shape[-3], check=False)  # (..., H, N, d_head)
     return Y * G
 
 
@@ -88,8 +87,8 @@ class GatedAttention(GroupedQueryAttention):
     from the rows the queries come from (Qiu et al. 2025's head-specific, elementwise
     gate, placed after ``Z^-1 A V`` and before ``W_O``). The parameters are those of
     :class:`~attnlib.gqa.GroupedQueryAttention` plus ``W_theta (d_in, H * d_head)``, drawn
-    like the others after them; everything else (the checks, RoPE, the cache and
-    :meth:`new_cache`) is GQA's, and so are the steps of ``_forward`` up to ``W_O``.
+    like the others after them; every step but :meth:`combine` (the checks, projection,
+    RoPE, the cache, attend) is GQA's.
 
     Args:
         d_in, n_heads, n_kv_heads, d_head, d_out: as for
@@ -115,49 +114,10 @@ class GatedAttention(GroupedQueryAttention):
         W = self.W_Q
         self.W_theta = init_weight(d_in, n_heads * d_head, device=W.device, dtype=W.dtype)
 
-    def _forward(
-        self,
-        X: torch.Tensor,
-        X_KV: torch.Tensor | None = None,
-        *,
-        causal: bool = False,
-        mask: torch.Tensor | None = None,
-        positions: torch.Tensor | None = None,
-        cache: KVCache | None = None,
-        impl: str = "auto",
-        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
-        """GQA's ``_forward`` (:meth:`forward` without its check), the heads gated before
-        ``W_O``: ``(merge_heads(Y) * sigmoid(X W_theta)) W_O``."""
-        source = X if X_KV is None else X_KV  # the tokens that answer
-        Q = split_heads.unchecked(X @ self.W_Q, self.n_heads)  # (..., H, N_Q, d_head)
-        K = split_heads.unchecked(source @ self.W_K, self.n_kv_heads)  # (..., G, N_KV, d_head)
-        V = split_heads.unchecked(source @ self.W_V, self.n_kv_heads)  # (..., G, N_KV, d_head)
-        if self.rope_base is not None and X_KV is None:  # RoPE: self-attention only
-            if rope is None:
-                start = 0 if cache is None else cache.n_tokens
-                rope = self._rope_tables(positions, X.shape[-2], start, X.dtype, X.device)
-            Q, K = self._rope(Q, K, *rope)
-        if cache is not None:
-            K, V = cache._append(K, V)  # every token so far, keys already rotated
-        Y = grouped_query_attention.unchecked(Q, K, V, mask=head_mask.unchecked(mask),
-                                              causal=causal, impl=impl)  # (..., H, N_Q, d_head)
+    def combine(self, Y: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+        """The heads gated before ``W_O``: ``(concat_col(Y_h) * sigmoid(X W_theta)) W_O``."""
         gate = torch.sigmoid(X @ self.W_theta)  # (..., N_Q, H d_head): from the query rows
-        return (merge_heads.unchecked(Y) * gate) @ self.W_O  # (..., N_Q, H d_head) @ W_O
+        return (merge_heads(Y, check=False) * gate) @ self.W_O  # (..., N_Q, H d_head) @ W_O
 
 
-@register_attention("gated")
-def _gated_sublayer(
-    d_model: int,
-    n_heads: int,
-    d_head: int,
-    *,
-    n_kv_heads: int | None = None,
-    rope_base: float | None = None,
-    device: torch.device | str | None = None,
-    dtype: torch.dtype | None = None,
-) -> GatedAttention:
-    """A block's ``attention="gated"``: ``G = n_kv_heads`` (``None`` means ``H``)."""
-    G = n_heads if n_kv_heads is None else n_kv_heads
-    return GatedAttention(d_model, n_heads, G, d_head, rope_base=rope_base, device=device,
-                          dtype=dtype)
+register_attention("gated")(GatedAttention.for_block)

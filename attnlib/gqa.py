@@ -22,42 +22,23 @@ loads the weights of a Hugging Face ``LlamaAttention``.
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from attnlib._checks import (
-    check_attention_call,
     check_attention_options,
     check_bool,
-    check_cache,
-    check_choice,
     check_divisible,
-    check_input,
     check_positive_float,
     check_positive_int,
     check_qkv,
     check_tensor,
 )
 from attnlib._params import init_weight
+from attnlib.attention_layer import AttentionLayer
 from attnlib.cache import KVCache, Rows, StaticKVCache
-from attnlib.core import IMPLS, attention
-from attnlib.device import work_dtype
-from attnlib.heads import head_mask, merge_heads, repeat_kv, split_heads
-from attnlib.rope import (
-    RopeScaling,
-    check_rope_scaling,
-    rope_cos_sin,
-    rope_positions,
-    rope_rotate,
-    rope_tables,
-)
+from attnlib.core import attention
+from attnlib.heads import merge_heads, repeat_kv, split_heads
+from attnlib.rope import RopeScaling, RopeTables, check_rope_scaling
 from attnlib.variants import register_attention
-
-# PyTorch 2.5 added enable_gqa to scaled_dot_product_attention: G key/value heads for H
-# query heads, read without copying them to H heads.
-_SDPA_GQA = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)
-# A decoding step reads a group's queries as rows against its KV head, at most this many per
-# head: PyTorch's CPU kernel spreads so few rows across its threads by the keys.
-_ROWS = 16
 
 __all__ = [
     "GroupedQueryAttention",
@@ -77,6 +58,7 @@ def grouped_query_attention(
     causal: bool = False,
     scale: float | None = None,
     impl: str = "auto",
+    check: bool = True,
 ) -> torch.Tensor:
     """Softmax attention of ``H`` query heads over ``G`` shared key/value heads.
 
@@ -88,9 +70,12 @@ def grouped_query_attention(
         causal: bottom-right aligned causal mask.
         scale: default ``1/sqrt(d_head)``.
         impl: ``"auto"`` (fused SDPA) or ``"explicit"`` (``Z^-1 A V`` literally).
+        check: validate the arguments first (the default); attnlib's own calls pass False.
 
     Returns:
-        ``(..., H, N_Q, d_v)``: head ``h`` attended with KV head ``h // (H // G)``.
+        ``(..., H, N_Q, d_v)``: head ``h`` attended with KV head ``h // (H // G)``; ``K``
+        and ``V`` are never copied to ``H`` heads on the fused path (the explicit one
+        repeats them, the formula literally).
 
     Equivalent to ``F.scaled_dot_product_attention(Q, K, V, enable_gqa=True)``.
 
@@ -101,48 +86,50 @@ def grouped_query_attention(
 
     Lesson: 06_gqa.
     """
-    _check_grouped(Q, K, V, mask, causal, scale, impl)
-    return _grouped_query_attention(Q, K, V, mask=mask, causal=causal, scale=scale, impl=impl)
-
-
-def _grouped_query_attention(
-    Q: torch.Tensor,
-    K: torch.Tensor,
-    V: torch.Tensor,
-    *,
-    mask: torch.Tensor | None = None,
-    causal: bool = False,
-    scale: float | None = None,
-    impl: str = "auto",
-) -> torch.Tensor:
-    """:func:`grouped_query_attention` without its input check; ``K`` and ``V`` are never copied
-    to ``H`` heads on the fused path (the explicit one repeats them, the formula literally)."""
+    if check:
+        _check_grouped(Q, K, V, mask, causal, scale, impl)
     H, G = Q.shape[-3], K.shape[-3]
-    kw = {"scale": scale, "impl": impl}
-    if G == H:
-        return attention.unchecked(Q, K, V, mask=mask, causal=causal, **kw)
+    kw = {"scale": scale, "impl": impl, "check": False}
+    if G == H:  # multi-head attention: head h reads KV head h
+        return attention(Q, K, V, mask=mask, causal=causal, **kw)
+    if Q.shape[-2] == 1 and (G == 1 or H // G <= _ROWS):  # one new token: a faster layout
+        return _decode_as_rows(Q, K, V, mask=mask, **kw)
+    if impl == "auto" and _SDPA_GQA:  # the fused kernel reads the G heads where they are
+        return attention(Q, K, V, mask=mask, causal=causal, enable_gqa=True, **kw)
+    K, V = repeat_kv(K, H, check=False), repeat_kv(V, H, check=False)  # (..., H, N_KV, d)
+    return attention(Q, K, V, mask=mask, causal=causal, **kw)  # head h reads h // (H / G)
+
+
+# --- a decoding step's fast path, beside the mathematics --------------------------------------
+
+# PyTorch 2.5 added enable_gqa to scaled_dot_product_attention: G key/value heads for H
+# query heads, read without copying them to H heads.
+_SDPA_GQA = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)
+# A decoding step reads a group's queries as rows against its KV head, at most this many per
+# head: PyTorch's CPU kernel spreads so few rows across its threads by the keys.
+_ROWS = 16
+
+
+def _decode_as_rows(Q, K, V, *, mask, **kw) -> torch.Tensor:
+    """One new token: group ``g``'s ``s`` queries become ``s`` rows against ``K_g``.
+
+    The same numbers as the head-by-head form, in a layout PyTorch's kernels run faster:
+    ``c`` blocks of at most ``_ROWS`` rows (with one KV head, ``c`` views of it: nothing is
+    copied). A last query sees every key, so no causal mask is needed.
+    """
+    H, G = Q.shape[-3], K.shape[-3]
     s = H // G
-    if Q.shape[-2] == 1 and (G == 1 or s <= _ROWS):  # decoding: queries become rows
-        # Group g's s queries are s rows against K_g, in c blocks of at most _ROWS rows
-        # (with one KV head, c views of it: nothing is copied).
-        c = 1 if s <= _ROWS else next(c for c in range(2, s + 1) if s % c == 0 and s // c <= _ROWS)
-        Q_g = Q.unflatten(-3, (G * c, s // c)).flatten(-3, -2)  # (..., G c, s / c, d)
-        if mask is not None and mask.dim() >= 3 and mask.shape[-3] == H:
-            mask = mask.unflatten(-3, (G * c, s // c)).flatten(-3, -2)  # the same rows
-        if c > 1:  # G = 1 here
-            K, V = (T.expand(*T.shape[:-3], c, *T.shape[-2:]) for T in (K, V))
-        Y = attention.unchecked(Q_g, K, V, mask=mask, **kw)  # a last query sees every key
-        return Y.flatten(-3, -2).unsqueeze(-2)  # (..., H, 1, d_v)
-    if impl == "auto" and _SDPA_GQA:
-        return attention.unchecked(Q, K, V, mask=mask, causal=causal, enable_gqa=True, **kw)
-    K, V = repeat_kv.unchecked(K, H), repeat_kv.unchecked(V, H)  # (..., H, N_KV, d): h reads g
-    return attention.unchecked(Q, K, V, mask=mask, causal=causal, **kw)
+    c = 1 if s <= _ROWS else next(c for c in range(2, s + 1) if s % c == 0 and s // c <= _ROWS)
+    Q_g = Q.unflatten(-3, (G * c, s // c)).flatten(-3, -2)  # (..., G c, s / c, d)
+    if mask is not None and mask.dim() >= 3 and mask.shape[-3] == H:
+        mask = mask.unflatten(-3, (G * c, s // c)).flatten(-3, -2)  # the same rows
+    if c > 1:  # G = 1 here
+        K, V = (T.expand(*T.shape[:-3], c, *T.shape[-2:]) for T in (K, V))
+    Y = attention(Q_g, K, V, mask=mask, **kw)
+    return Y.flatten(-3, -2).unsqueeze(-2)  # (..., H, 1, d_v)
 
 
-grouped_query_attention.unchecked = _grouped_query_attention
-
-
-class GroupedQueryAttention(nn.Module):
+class GroupedQueryAttention(AttentionLayer):
     """Grouped-query attention with ``n_heads`` query heads and ``n_kv_heads`` KV heads.
 
     Parameters (multiplying from the right, as in the paper):
@@ -167,8 +154,13 @@ class GroupedQueryAttention(nn.Module):
         >>> attn(torch.randn(3, 10, 32), causal=True).shape
         torch.Size([3, 10, 32])
 
+    Its ``forward`` is :meth:`attnlib.attention_layer.AttentionLayer.forward`: project,
+    rotate, append to the cache, attend, combine; the steps are the methods below.
+
     Lesson: 03_multi_head_attention (G = H), 06_gqa.
     """
+
+    cache_type = KVCache
 
     def __init__(
         self,
@@ -191,6 +183,7 @@ class GroupedQueryAttention(nn.Module):
         self.d_out = d_in if d_out is None else d_out
         self.rope_base, self.rope_interleaved = rope_base, rope_interleaved
         self.rope_scaling = rope_scaling
+        self.rope_dim = 0 if rope_base is None else d_head  # RoPE turns every coordinate
         kw = {"device": device, "dtype": dtype}
         self.W_Q = init_weight(d_in, n_heads * d_head, **kw)
         self.W_K = init_weight(d_in, n_kv_heads * d_head, **kw)
@@ -202,112 +195,62 @@ class GroupedQueryAttention(nn.Module):
         """``s = H // G``: how many query heads read each KV head."""
         return self.n_heads // self.n_kv_heads
 
-    def forward(
-        self,
-        X: torch.Tensor,
-        X_KV: torch.Tensor | None = None,
-        *,
-        causal: bool = False,
-        mask: torch.Tensor | None = None,
-        positions: torch.Tensor | None = None,
-        cache: KVCache | None = None,
-        impl: str = "auto",
-    ) -> torch.Tensor:
-        """``Y = concat_col(Z_h^-1 A_h V_g(h)) W_O``.
+    # --- the steps of AttentionLayer.forward ---------------------------------------------
 
-        Args:
-            X: ``(..., N_Q, d_in)`` the tokens that ask (queries).
-            X_KV: ``(..., N_KV, d_in)`` the tokens that answer (cross-attention); ``None``
-                means self-attention on ``X``. RoPE applies to self-attention only.
-            causal: bottom-right aligned causal mask (with a cache: each new token sees
-                every cached token and the new ones up to itself).
-            mask: bool, broadcastable to ``(..., N_Q, N_KV)`` and shared by every head,
-                e.g. :func:`attnlib.masks.key_padding_mask`.
-            positions: RoPE positions, ``(N_Q,)`` or ``(B, N_Q)``; ``None`` means
-                ``0 .. N_Q - 1`` continuing from ``cache.n_tokens``.
-            cache: a :class:`KVCache` to append to and attend over (self-attention only).
-            impl: ``"auto"`` or ``"explicit"``, passed to :func:`attnlib.core.attention`.
-
-        Returns:
-            ``(..., N_Q, d_out)``.
-        """
-        self._check(X, X_KV, causal=causal, mask=mask, positions=positions, cache=cache,
-                    impl=impl)
-        return self._forward(X, X_KV, causal=causal, mask=mask, positions=positions,
-                             cache=cache, impl=impl)
-
-    def _forward(
-        self,
-        X: torch.Tensor,
-        X_KV: torch.Tensor | None = None,
-        *,
-        causal: bool = False,
-        mask: torch.Tensor | None = None,
-        positions: torch.Tensor | None = None,
-        cache: KVCache | None = None,
-        impl: str = "auto",
-        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
-        """:meth:`forward` without its input check: what a block runs (``rope``: the new
-        tokens' rotation tables, when a decoder made them once for all its layers)."""
+    def project(self, X: torch.Tensor, X_KV: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """``Q_h = X W_Q^h``, ``K_g = X_KV W_K^g``, ``V_g = X_KV W_V^g`` (``X_KV = X`` if None)."""
         source = X if X_KV is None else X_KV  # the tokens that answer
-        Q = split_heads.unchecked(X @ self.W_Q, self.n_heads)  # (..., H, N_Q, d_head)
-        K = split_heads.unchecked(source @ self.W_K, self.n_kv_heads)  # (..., G, N_KV, d_head)
-        V = split_heads.unchecked(source @ self.W_V, self.n_kv_heads)  # (..., G, N_KV, d_head)
-        if self.rope_base is not None and X_KV is None:  # RoPE: self-attention only
-            if rope is None:
-                start = 0 if cache is None else cache.n_tokens
-                rope = self._rope_tables(positions, X.shape[-2], start, X.dtype, X.device)
-            Q, K = self._rope(Q, K, *rope)
-        if cache is not None:
-            K, V = cache._append(K, V)  # every token so far, keys already rotated
-        Y = _grouped_query_attention(Q, K, V, mask=head_mask.unchecked(mask), causal=causal,
-                                     impl=impl)  # (..., H, N_Q, d_head)
-        return merge_heads.unchecked(Y) @ self.W_O  # (..., N_Q, H d_head) @ (H d_head, d_out)
+        Q = split_heads(X @ self.W_Q, self.n_heads, check=False)  # (..., H, N_Q, d_head)
+        K = split_heads(source @ self.W_K, self.n_kv_heads, check=False)  # (..., G, N_KV, d_head)
+        V = split_heads(source @ self.W_V, self.n_kv_heads, check=False)  # (..., G, N_KV, d_head)
+        return Q, (K, V)
+
+    def rotate(self, Q: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor], rope: RopeTables
+               ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Queries and keys of the new tokens turned by their positions' angles; values stay."""
+        K, V = kv
+        Q, K = self.rope(rope, Q, K)
+        return Q, (K, V)
+
+    def attend(self, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, *,
+               mask: torch.Tensor | None = None, causal: bool = False,
+               impl: str = "auto") -> torch.Tensor:
+        """``Y_h = Z_h^-1 A_h V_g(h)``: :func:`grouped_query_attention`, or :attr:`attend_fn`."""
+        if self.attend_fn is not None:
+            return self.attend_fn(Q, K, V, mask=mask, causal=causal)
+        return grouped_query_attention(Q, K, V, mask=mask, causal=causal, impl=impl, check=False)
+
+    def combine(self, Y: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+        """``concat_col(Y_1 .. Y_H) W_O``."""
+        return merge_heads(Y, check=False) @ self.W_O  # (..., N_Q, H d_head) @ (H d_head, d_out)
 
     def new_cache(self, max_tokens: int | None = None) -> KVCache:
         """An empty cache for this layer: a :class:`KVCache`, or with ``max_tokens`` a
         :class:`~attnlib.cache.StaticKVCache` that holds that many tokens without copying."""
         return KVCache() if max_tokens is None else StaticKVCache(max_tokens)
 
-    def _check(self, X, X_KV=None, *, causal=False, mask=None, positions=None, cache=None,
-               impl="auto") -> None:
-        """The arguments of :meth:`forward`; a block checks its own with it."""
-        check_input("X", X, self.d_in, self.W_Q, "d_in of this module")
-        if X_KV is not None:
-            check_input("X_KV", X_KV, self.d_in, self.W_Q, "d_in of this module")
-            if cache is not None:
-                raise ValueError("cache must be None for cross-attention (X_KV given)")
-        if cache is not None:
-            self._check_cache(cache, X.shape[:-2], X.shape[-2])
-        check_choice("impl", impl, IMPLS)
-        n_kv = (X if X_KV is None else X_KV).shape[-2] + (0 if cache is None else cache.n_tokens)
-        check_attention_call(X, causal=causal, mask=mask, positions=positions, n_kv=n_kv)
-
-    def _check_cache(self, cache: object, batch: tuple[int, ...], n: int) -> None:
-        """``cache`` is a :class:`KVCache` that takes the keys and values of ``n`` new tokens."""
-        check_cache(cache, KVCache)
+    def cache_rows(self, batch: tuple[int, ...], n: int) -> tuple[Rows, Rows]:
+        """The keys and values that ``n`` new tokens add: ``(..., G, n, d_head)`` each."""
         new = Rows((*batch, self.n_kv_heads, n, self.d_head), self.W_K.dtype, self.W_K.device)
-        cache._check_next(new, new)
+        return new, new
 
-    def _rope_tables(
-        self, positions: torch.Tensor | None, n: int, start: int, dtype: torch.dtype,
-        device: torch.device,
-    ) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """``cos`` and ``sin`` of ``n`` new tokens' angles (None without RoPE)."""
-        if self.rope_base is None:
-            return None
-        pos = rope_positions(positions, n, start=start, device=device)
-        cos, sin = rope_cos_sin.unchecked(pos, self.d_head, base=self.rope_base,
-                                          scaling=self.rope_scaling, dtype=work_dtype(dtype))
-        return rope_tables(cos, sin, interleaved=self.rope_interleaved)  # full width
-
-    def _rope(
-        self, Q: torch.Tensor, K: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rotate the queries and keys of the new tokens with one set of angles."""
-        rotate = {"interleaved": self.rope_interleaved}
-        return rope_rotate(Q, cos, sin, **rotate), rope_rotate(K, cos, sin, **rotate)
+    @classmethod
+    def for_block(
+        cls,
+        d_model: int,
+        n_heads: int,
+        d_head: int,
+        *,
+        n_kv_heads: int | None = None,
+        rope_base: float | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> GroupedQueryAttention:
+        """A block's sublayer (``attention="gqa"``, and the variants that subclass this one):
+        ``G = n_kv_heads``, ``None`` meaning ``H`` (MHA)."""
+        G = n_heads if n_kv_heads is None else n_kv_heads
+        return cls(d_model, n_heads, G, d_head, rope_base=rope_base, device=device, dtype=dtype)
 
     def extra_repr(self) -> str:
         rope = "" if self.rope_base is None else f", rope_base={self.rope_base:g}"
@@ -319,21 +262,7 @@ class GroupedQueryAttention(nn.Module):
         )
 
 
-@register_attention("gqa")
-def _gqa_sublayer(
-    d_model: int,
-    n_heads: int,
-    d_head: int,
-    *,
-    n_kv_heads: int | None = None,
-    rope_base: float | None = None,
-    device: torch.device | str | None = None,
-    dtype: torch.dtype | None = None,
-) -> GroupedQueryAttention:
-    """A block's ``attention="gqa"``: ``G = n_kv_heads`` (``None`` means ``H``, MHA)."""
-    G = n_heads if n_kv_heads is None else n_kv_heads
-    return GroupedQueryAttention(d_model, n_heads, G, d_head, rope_base=rope_base, device=device,
-                                 dtype=dtype)
+register_attention("gqa")(GroupedQueryAttention.for_block)
 
 
 class MultiHeadAttention(GroupedQueryAttention):

@@ -19,7 +19,7 @@ from attnlib._checks import check_divisible, check_positive_int, check_tensor
 __all__ = ["head_mask", "kv_head_index", "merge_heads", "repeat_kv", "split_heads"]
 
 
-def split_heads(X: torch.Tensor, n_heads: int) -> torch.Tensor:
+def split_heads(X: torch.Tensor, n_heads: int, *, check: bool = True) -> torch.Tensor:
     """Reshape ``(..., N, H * d_head)`` into ``(..., H, N, d_head)``.
 
     Column block ``h`` (columns ``h * d_head`` to ``(h + 1) * d_head - 1``) becomes head
@@ -28,6 +28,8 @@ def split_heads(X: torch.Tensor, n_heads: int) -> torch.Tensor:
     Args:
         X: ``(..., N, H * d_head)``, e.g. ``X @ W_Q``.
         n_heads: ``H``; must divide the last dimension.
+        check: validate the arguments first (the default); attnlib's own calls on tensors
+            it made pass False.
 
     Returns:
         ``(..., H, N, d_head)`` (a view when possible).
@@ -38,45 +40,39 @@ def split_heads(X: torch.Tensor, n_heads: int) -> torch.Tensor:
 
     Lesson: 03_multi_head_attention.
     """
-    _check_split(X, n_heads)
-    return _split_heads(X, n_heads)
-
-
-def _split_heads(X: torch.Tensor, n_heads: int) -> torch.Tensor:
+    if check:
+        _check_split(X, n_heads)
     *batch, n, width = X.shape
     return X.reshape(*batch, n, n_heads, width // n_heads).transpose(-3, -2)  # (..., H, N, d)
 
 
-split_heads.unchecked = _split_heads
-
-
-def merge_heads(Y: torch.Tensor) -> torch.Tensor:
+def merge_heads(Y: torch.Tensor, *, check: bool = True) -> torch.Tensor:
     """Reshape ``(..., H, N, d_head)`` into ``(..., N, H * d_head)``: ``concat_col(Y_h)``.
 
     The inverse of :func:`split_heads`; its output is what ``W_O`` multiplies.
 
     Args:
         Y: ``(..., H, N, d_head)``.
+        check: validate the arguments first (the default); attnlib's own calls on tensors
+            it made pass False.
 
     Returns:
         ``(..., N, H * d_head)``.
 
     Lesson: 03_multi_head_attention.
     """
-    check_tensor("Y", Y, min_dim=3, floating=False)
-    return _merge_heads(Y)
-
-
-def _merge_heads(Y: torch.Tensor) -> torch.Tensor:
+    if check:
+        check_tensor("Y", Y, min_dim=3, floating=False)
     *batch, h, n, d = Y.shape
     return Y.transpose(-3, -2).reshape(*batch, n, h * d)  # (..., N, H * d_head)
 
 
-merge_heads.unchecked = _merge_heads
-
-
 def kv_head_index(
-    n_heads: int, n_kv_heads: int, *, device: torch.device | str | None = None
+    n_heads: int,
+    n_kv_heads: int,
+    *,
+    device: torch.device | str | None = None,
+    check: bool = True,
 ) -> torch.Tensor:
     """The group map: entry ``h`` is the KV head that query head ``h`` reads, ``h // (H // G)``.
 
@@ -84,6 +80,8 @@ def kv_head_index(
         n_heads: ``H`` query heads.
         n_kv_heads: ``G`` key/value heads; must divide ``H``.
         device: where to build the index.
+        check: validate the arguments first (the default); attnlib's own calls on tensors
+            it made pass False.
 
     Returns:
         ``(H,)`` long tensor.
@@ -94,22 +92,12 @@ def kv_head_index(
 
     Lesson: 06_gqa.
     """
-    check_positive_int("n_heads", n_heads)
-    check_positive_int("n_kv_heads", n_kv_heads)
-    check_divisible("n_heads", n_heads, "n_kv_heads", n_kv_heads)
-    return _kv_head_index(n_heads, n_kv_heads, device)
-
-
-def _kv_head_index(
-    n_heads: int, n_kv_heads: int, device: torch.device | str | None = None
-) -> torch.Tensor:
+    if check:
+        _check_group(n_heads, n_kv_heads)
     return torch.arange(n_heads, device=device) // (n_heads // n_kv_heads)  # h -> h // s
 
 
-kv_head_index.unchecked = _kv_head_index
-
-
-def repeat_kv(KV: torch.Tensor, n_heads: int) -> torch.Tensor:
+def repeat_kv(KV: torch.Tensor, n_heads: int, *, check: bool = True) -> torch.Tensor:
     """Give each query head its group's keys (or values): ``(..., G, N, d) -> (..., H, N, d)``.
 
     Equivalent to ``KV.index_select(-3, kv_head_index(H, G))`` and to
@@ -118,17 +106,16 @@ def repeat_kv(KV: torch.Tensor, n_heads: int) -> torch.Tensor:
     Args:
         KV: ``(..., G, N, d)`` keys or values, one per KV head.
         n_heads: ``H``; a multiple of ``G``.
+        check: validate the arguments first (the default); attnlib's own calls on tensors
+            it made pass False.
 
     Returns:
         ``(..., H, N, d)``.
 
     Lesson: 06_gqa.
     """
-    _check_repeat(KV, n_heads)
-    return _repeat_kv(KV, n_heads)
-
-
-def _repeat_kv(KV: torch.Tensor, n_heads: int) -> torch.Tensor:
+    if check:
+        _check_repeat(KV, n_heads)
     g = KV.shape[-3]
     if g == n_heads:
         return KV
@@ -137,14 +124,16 @@ def _repeat_kv(KV: torch.Tensor, n_heads: int) -> torch.Tensor:
     return KV.unsqueeze(-3).expand(*batch, g, s, n, d).reshape(*batch, n_heads, n, d)  # a copy
 
 
-repeat_kv.unchecked = _repeat_kv
-
-
-def head_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
+def head_mask(mask: torch.Tensor | None, *, check: bool = True) -> torch.Tensor | None:
     """One mask for every head: ``(..., N_Q, N_KV) -> (..., 1, N_Q, N_KV)``; None stays None.
 
     Attention modules take a mask without a head axis (a padding or causal pattern is the
     same for every head) and insert it before the per-head logits ``(..., H, N_Q, N_KV)``.
+
+    Args:
+        mask: bool ``(..., N_Q, N_KV)``, or None.
+        check: validate the arguments first (the default); attnlib's own calls on tensors
+            it made pass False.
 
     Example:
         >>> head_mask(torch.ones(2, 3, 4, dtype=torch.bool)).shape
@@ -152,22 +141,21 @@ def head_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
 
     Lesson: 04_masks_and_layers.
     """
-    if mask is not None:
+    if check and mask is not None:
         check_tensor("mask", mask, min_dim=2, floating=False)
-    return _head_mask(mask)
-
-
-def _head_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
     return None if mask is None else mask.unsqueeze(-3)
-
-
-head_mask.unchecked = _head_mask
 
 
 def _check_split(X: object, n_heads: object) -> None:
     check_tensor("X", X, min_dim=2, floating=False)
     check_positive_int("n_heads", n_heads)
     check_divisible("X.shape[-1]", X.shape[-1], "n_heads", n_heads)
+
+
+def _check_group(n_heads: object, n_kv_heads: object) -> None:
+    check_positive_int("n_heads", n_heads)
+    check_positive_int("n_kv_heads", n_kv_heads)
+    check_divisible("n_heads", n_heads, "n_kv_heads", n_kv_heads)
 
 
 def _check_repeat(KV: object, n_heads: object) -> None:

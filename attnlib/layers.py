@@ -8,11 +8,11 @@ functions (:func:`feed_forward`, :func:`swiglu`); the modules hold parameters an
 them. Weights multiply from the right (``H = X @ W_1``), as in the rest of attnlib.
 
 A block's attention sublayer comes from :mod:`attnlib.variants`, a registry by name
-(``"gqa"``, ``"mla"``, and any variant registered there). A module's ``forward`` checks its
-arguments once and runs ``_forward``; a block and a decoder run their sublayers'
-``_forward`` on what they made, so nothing is checked twice. (A forward hook registered on
-a sublayer therefore fires when that sublayer is called itself, not inside its block:
-register it on the block or the decoder.)
+(``"gqa"``, ``"mla"``, ``"gated"``, ``"sliding"``, and any variant registered there), built
+with the options the caller gave for it. A module's ``forward`` checks its arguments once
+(``check=True``, the default); a block and a decoder check their own arguments, then call
+their sublayers through ``__call__`` with ``check=False``, so nothing is checked twice and
+forward hooks registered on any sublayer fire, in ``forward`` and in ``generate`` alike.
 
 Where the norm goes is the one design choice a block makes, and three placements are in use:
 
@@ -25,6 +25,7 @@ Where the norm goes is the one design choice a block makes, and three placements
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Callable, Sequence
 
@@ -32,7 +33,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import attnlib.mla  # noqa: F401  (registers attention="mla"; attnlib.gqa registers "gqa")
+# The shipped variants register themselves when imported: "gqa" (attnlib.gqa), "mla",
+# "gated" and "sliding"; a block can build any of them by name.
+import attnlib.gates
+import attnlib.mla
+import attnlib.sliding  # noqa: F401
 from attnlib._checks import (
     check_bool,
     check_choice,
@@ -45,11 +50,13 @@ from attnlib._checks import (
     check_tensor,
 )
 from attnlib._params import init_weight
-from attnlib.cache import KVCache, LatentCache
+from attnlib.attention_layer import AttendFn, RopeFn
+from attnlib.cache import Cache
 from attnlib.device import seeded
 from attnlib.gqa import GroupedQueryAttention
 from attnlib.masks import position_ids
 from attnlib.norms import LayerNorm, RMSNorm
+from attnlib.rope import RopeTables
 from attnlib.variants import ATTENTION
 
 __all__ = [
@@ -96,6 +103,7 @@ def feed_forward(
     activation: str = "relu",
     b_1: torch.Tensor | None = None,
     b_2: torch.Tensor | None = None,
+    check: bool = True,
 ) -> torch.Tensor:
     """The position-wise feed-forward network ``y = f(x W_1 + b_1) W_2 + b_2``.
 
@@ -109,6 +117,7 @@ def feed_forward(
         activation: ``"relu"`` or ``"gelu"`` (the exact, erf-based GELU).
         b_1: ``(d_ff,)`` or None.
         b_2: ``(d_out,)`` or None.
+        check: validate the arguments first (the default); attnlib's own calls pass False.
 
     Returns:
         ``(..., N, d_out)``.
@@ -118,18 +127,19 @@ def feed_forward(
 
     Lesson: 04_masks_and_layers.
     """
-    check_tensor("x", x)
-    check_choice("activation", activation, list(_ACTIVATIONS))
-    return _feed_forward(x, W_1, W_2, activation=activation, b_1=b_1, b_2=b_2)
-
-
-def _feed_forward(x, W_1, W_2, *, activation="relu", b_1=None, b_2=None) -> torch.Tensor:
+    if check:
+        _check_ffn_call(x, activation)
     f = _ACTIVATIONS[activation]
     H = x @ W_1  # (..., N, d_ff)
     if b_1 is not None:
         H = H + b_1
     y = f(H) @ W_2  # (..., N, d_out)
     return y if b_2 is None else y + b_2
+
+
+def _check_ffn_call(x: object, activation: object) -> None:
+    check_tensor("x", x)
+    check_choice("activation", activation, list(_ACTIVATIONS))
 
 
 def swiglu(
@@ -141,6 +151,7 @@ def swiglu(
     b_gate: torch.Tensor | None = None,
     b_up: torch.Tensor | None = None,
     b_down: torch.Tensor | None = None,
+    check: bool = True,
 ) -> torch.Tensor:
     """The gated feed-forward network ``y = (silu(x W_gate) * (x W_up)) W_down`` (Shazeer 2020).
 
@@ -156,6 +167,7 @@ def swiglu(
         b_gate: ``(d_ff,)`` or None.
         b_up: ``(d_ff,)`` or None.
         b_down: ``(d_out,)`` or None.
+        check: validate the arguments first (the default); attnlib's own calls pass False.
 
     Returns:
         ``(..., N, d_out)``.
@@ -164,11 +176,8 @@ def swiglu(
 
     Lesson: 04_masks_and_layers.
     """
-    check_tensor("x", x)
-    return _swiglu(x, W_gate, W_up, W_down, b_gate=b_gate, b_up=b_up, b_down=b_down)
-
-
-def _swiglu(x, W_gate, W_up, W_down, *, b_gate=None, b_up=None, b_down=None) -> torch.Tensor:
+    if check:
+        check_tensor("x", x)
     gate = x @ W_gate  # (..., N, d_ff)
     up = x @ W_up  # (..., N, d_ff)
     if b_gate is not None:
@@ -231,17 +240,16 @@ class FeedForward(nn.Module):
             b = nn.Parameter(torch.zeros(width, **kw)) if bias else None
             self.register_parameter(name, b)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``(..., N, d) -> (..., N, d)``; see :func:`feed_forward` and :func:`swiglu`."""
-        check_last_dim("x", check_tensor("x", x), self.d, "d of this feed-forward network")
-        return self._forward(x)
-
-    def _forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, *, check: bool = True) -> torch.Tensor:
+        """``(..., N, d) -> (..., N, d)``; see :func:`feed_forward` and :func:`swiglu`
+        (``check=False``: ``x`` is known to fit, as in a block)."""
+        if check:
+            check_last_dim("x", check_tensor("x", x), self.d, "d of this feed-forward network")
         if self.kind == "swiglu":
-            return _swiglu(x, self.W_gate, self.W_up, self.W_down, b_gate=self.b_gate,
-                           b_up=self.b_up, b_down=self.b_down)
-        return _feed_forward(x, self.W_1, self.W_2, activation=self.kind, b_1=self.b_1,
-                             b_2=self.b_2)
+            return swiglu(x, self.W_gate, self.W_up, self.W_down, b_gate=self.b_gate,
+                          b_up=self.b_up, b_down=self.b_down, check=False)
+        return feed_forward(x, self.W_1, self.W_2, activation=self.kind, b_1=self.b_1,
+                            b_2=self.b_2, check=False)
 
     def extra_repr(self) -> str:
         return f"d={self.d}, d_ff={self.d_ff}, kind={self.kind!r}"
@@ -282,19 +290,20 @@ class TransformerBlock(nn.Module):
     Args:
         d_model: width of the residual stream.
         n_heads: ``H`` query heads.
-        n_kv_heads: ``G`` key/value heads (GQA only); ``None`` means ``H`` (MHA).
         d_head: width of each head; ``None`` means ``d_model // n_heads``.
         d_ff: hidden width of the feed-forward network; ``None`` means ``4 * d_model``.
         ffn: one of :data:`FFN_KINDS`.
         norm: placement, one of :data:`NORM_PLACEMENTS`.
         norm_kind: ``"rms"`` (:class:`RMSNorm`) or ``"layer"`` (:class:`LayerNorm`).
-        attention: ``"gqa"``, ``"mla"`` or another name in :data:`attnlib.variants.ATTENTION`.
-        d_latent: MLA's KV latent width ``d_L`` (required for ``"mla"``).
-        d_latent_q: MLA's query latent width ``d_LQ``; ``None`` means no query latent.
-        d_rope: MLA's decoupled-RoPE width ``d_R``; 0 means no RoPE in MLA.
-        rope_base: RoPE base. For ``"gqa"``, ``None`` means no RoPE; for ``"mla"`` it is
-            the base of the decoupled RoPE (``None`` means 10,000) and matters only
-            when ``d_rope > 0``.
+        attention: ``"gqa"``, ``"mla"``, ``"gated"``, ``"sliding"`` or another name in
+            :data:`attnlib.variants.ATTENTION`.
+        rope_base: RoPE base, handed to the variant's builder. For ``"gqa"``, ``None``
+            means no RoPE; for ``"mla"`` it is the base of the decoupled RoPE (``None``
+            means 10,000) and matters only when ``d_rope > 0``.
+        **attention_options: the variant's own options, handed to its builder as they are
+            (an option it has no parameter for is refused by name): ``n_kv_heads`` (``G``;
+            ``None`` means ``H``) for ``"gqa"`` and ``"gated"``; ``d_latent``,
+            ``d_latent_q``, ``d_rope`` for ``"mla"``; ``window`` for ``"sliding"``.
         cross_attention: add a cross-attention sublayer between self-attention and FFN.
         device: where the parameters live.
         dtype: their dtype.
@@ -312,20 +321,17 @@ class TransformerBlock(nn.Module):
         d_model: int,
         n_heads: int,
         *,
-        n_kv_heads: int | None = None,
         d_head: int | None = None,
         d_ff: int | None = None,
         ffn: str = "swiglu",
         norm: str = "pre",
         norm_kind: str = "rms",
         attention: str = "gqa",
-        d_latent: int | None = None,
-        d_latent_q: int | None = None,
-        d_rope: int = 0,
         rope_base: float | None = None,
         cross_attention: bool = False,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        **attention_options: object,
     ) -> None:
         super().__init__()
         self.d_model = check_positive_int("d_model", d_model)
@@ -342,9 +348,8 @@ class TransformerBlock(nn.Module):
         d_ff = 4 * d_model if d_ff is None else check_positive_int("d_ff", d_ff)
         kw = {"device": device, "dtype": dtype}
 
-        options = {"n_kv_heads": n_kv_heads, "d_latent": d_latent, "d_latent_q": d_latent_q,
-                   "d_rope": d_rope, "rope_base": rope_base}
-        self.attn = _build_attention(attention, d_model, n_heads, d_head, options, kw)
+        self.attn = _build_attention(attention, d_model, n_heads, d_head,
+                                     {"rope_base": rope_base, **attention_options}, kw)
         self.attn_norm = _make_norm(norm_kind, d_model, **kw)
         # Cross-attention: queries from the decoder, keys and values from `memory`. Its
         # positions live in another sequence, so it gets no RoPE. It keeps the sublayer's
@@ -370,7 +375,9 @@ class TransformerBlock(nn.Module):
         memory: torch.Tensor | None = None,
         memory_mask: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
-        cache: KVCache | LatentCache | None = None,
+        cache: Cache | None = None,
+        rope: RopeTables | None = None,
+        check: bool = True,
     ) -> torch.Tensor:
         """Apply the layer; the three branches below are the three residual equations.
 
@@ -383,63 +390,57 @@ class TransformerBlock(nn.Module):
             memory_mask: bool ``(..., N, N_mem)`` for cross-attention, e.g.
                 :func:`attnlib.masks.key_padding_mask` of the source lengths.
             positions: RoPE positions for self-attention (see the attention module).
-            cache: a :class:`~attnlib.cache.KVCache` (``"gqa"``) or
-                :class:`~attnlib.cache.LatentCache` (``"mla"``) for self-attention.
-                Cross-attention is recomputed from ``memory`` on every call.
+            cache: a :class:`~attnlib.cache.KVCache` (``"gqa"``),
+                :class:`~attnlib.cache.LatentCache` (``"mla"``), or what the variant's
+                ``new_cache`` makes, for self-attention. Cross-attention is recomputed from
+                ``memory`` on every call.
+            rope: the rotation of the new tokens, when a decoder made it once for all its
+                layers (:meth:`attnlib.attention_layer.AttentionLayer.rope_tables`).
+            check: validate the arguments first (the default); a decoder that checked its
+                own passes False.
 
         Returns:
             ``(..., N, d_model)``.
-        """
-        self._check(x, causal=causal, mask=mask, memory=memory, memory_mask=memory_mask,
-                    positions=positions, cache=cache)
-        return self._forward(x, causal=causal, mask=mask, memory=memory,
-                             memory_mask=memory_mask, positions=positions, cache=cache)
 
-    def _forward(
-        self,
-        x: torch.Tensor,
-        *,
-        causal: bool = False,
-        mask: torch.Tensor | None = None,
-        memory: torch.Tensor | None = None,
-        memory_mask: torch.Tensor | None = None,
-        positions: torch.Tensor | None = None,
-        cache: KVCache | LatentCache | None = None,
-        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
-        """:meth:`forward` without its input check: each sublayer runs its own ``_forward``
-        (``rope``: rotation tables a decoder made once for all its layers)."""
-        shared = {} if rope is None else {"rope": rope}
+        Every sublayer is called through ``__call__`` (forward hooks fire) with
+        ``check=False``: the block checked what each of them receives, once, above.
+        """
+        if check:
+            self.check(x, causal=causal, mask=mask, memory=memory, memory_mask=memory_mask,
+                       positions=positions, cache=cache)
 
         def A(h: torch.Tensor) -> torch.Tensor:  # self-attention
-            return self.attn._forward(h, causal=causal, mask=mask, positions=positions,
-                                      cache=cache, **shared)
+            return self.attn(h, causal=causal, mask=mask, positions=positions, cache=cache,
+                             rope=rope, check=False)
 
         def C(h: torch.Tensor) -> torch.Tensor:  # cross-attention over memory
-            return self.cross_attn._forward(h, memory, mask=memory_mask)
+            return self.cross_attn(h, memory, mask=memory_mask, check=False)
 
-        F, N1, N3 = self.ffn._forward, self.attn_norm._forward, self.ffn_norm._forward
+        F, N1, N3 = self.ffn, self.attn_norm, self.ffn_norm
+        no = {"check": False}
         if self.norm == "pre":
-            x = x + A(N1(x))
+            x = x + A(N1(x, **no))
             if self.cross_attn is not None:
-                x = x + C(self.cross_norm._forward(x))
-            x = x + F(N3(x))
+                x = x + C(self.cross_norm(x, **no))
+            x = x + F(N3(x, **no), **no)
         elif self.norm == "post":
-            x = N1(x + A(x))
+            x = N1(x + A(x), **no)
             if self.cross_attn is not None:
-                x = self.cross_norm._forward(x + C(x))
-            x = N3(x + F(x))
+                x = self.cross_norm(x + C(x), **no)
+            x = N3(x + F(x, **no), **no)
         else:  # peri
-            x = x + self.attn_out_norm._forward(A(N1(x)))
+            x = x + self.attn_out_norm(A(N1(x, **no)), **no)
             if self.cross_attn is not None:
-                x = x + self.cross_out_norm._forward(C(self.cross_norm._forward(x)))
-            x = x + self.ffn_out_norm._forward(F(N3(x)))
+                x = x + self.cross_out_norm(C(self.cross_norm(x, **no)), **no)
+            x = x + self.ffn_out_norm(F(N3(x, **no), **no), **no)
         return x  # (..., N, d_model)
 
-    def _check(self, x, *, causal, mask, memory, memory_mask, positions, cache) -> None:
+    def check(self, x: object, *, causal: object = False, mask: object = None,
+              memory: object = None, memory_mask: object = None, positions: object = None,
+              cache: object = None) -> None:
         """The block's arguments, with its sublayers' own checks for what they will receive."""
         check_last_dim("x", check_tensor("x", x, min_dim=2), self.d_model, "d_model of this block")
-        self.attn._check(x, causal=causal, mask=mask, positions=positions, cache=cache)
+        self.attn.check(x, causal=causal, mask=mask, positions=positions, cache=cache)
         if self.cross_attn is None:
             if memory is not None or memory_mask is not None:
                 raise ValueError(
@@ -452,7 +453,7 @@ class TransformerBlock(nn.Module):
                 "(cross_attention=True); got None"
             )
         if self.cross_attn is not None:
-            self.cross_attn._check(x, memory, mask=memory_mask)
+            self.cross_attn.check(x, memory, mask=memory_mask)
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, norm={self.norm!r}, norm_kind={self.norm_kind!r}"
@@ -461,17 +462,27 @@ class TransformerBlock(nn.Module):
 def _build_attention(
     name: str, d_model: int, n_heads: int, d_head: int, options: dict, kw: dict
 ) -> nn.Module:
-    """The registered variant ``name`` with the options the caller gave (not at their default)."""
+    """The registered variant ``name``, its builder handed the options it takes.
+
+    An option the builder has no parameter for is refused by name, unless it belongs to
+    other variants and is at their default (``d_rope=0`` with ``attention="gqa"``).
+    """
     build = ATTENTION[name]
-    defaults = {"n_kv_heads": None, "d_latent": None, "d_latent_q": None, "d_rope": 0,
-                "rope_base": None}
-    given = {k: v for k, v in options.items() if v != defaults[k]}
     takes = inspect.signature(build).parameters
-    for option, value in given.items():
-        if option not in takes:
-            owners = [n for n, b in ATTENTION.items() if option in inspect.signature(b).parameters]
-            where = repr(owners[0]) if len(owners) == 1 else f"in {owners}"
-            raise ValueError(f"{option} applies to attention={where} only; got {value!r}")
+    given = {}
+    for option, value in options.items():
+        if option in takes:
+            given[option] = value
+            continue
+        owners = {n: inspect.signature(b).parameters[option] for n, b in ATTENTION.items()
+                  if option in inspect.signature(b).parameters}
+        if owners and all(p.default == value for p in owners.values()):
+            continue  # another variant's option, left at its default
+        if not owners:
+            raise ValueError(f"{option} is not an option of any attention variant "
+                             f"{sorted(ATTENTION)}; got {option}={value!r}")
+        where = repr(next(iter(owners))) if len(owners) == 1 else f"in {list(owners)}"
+        raise ValueError(f"{option} applies to attention={where} only; got {value!r}")
     return build(d_model, n_heads, d_head, **given, **kw)
 
 
@@ -509,13 +520,10 @@ class TinyDecoder(nn.Module):
         d_model: width of the residual stream.
         n_layers: number of blocks.
         n_heads: ``H`` query heads.
-        n_kv_heads: ``G`` KV heads for ``"gqa"``; ``None`` means ``H``.
         d_head: head width; ``None`` means ``d_model // n_heads``.
         d_ff: feed-forward width; ``None`` means ``4 * d_model``.
-        attention: ``"gqa"``, ``"mla"`` or another name in :data:`attnlib.variants.ATTENTION`.
-        d_latent: MLA's ``d_L`` (required for ``"mla"``).
-        d_latent_q: MLA's ``d_LQ``.
-        d_rope: MLA's ``d_R``.
+        attention: ``"gqa"``, ``"mla"``, ``"gated"``, ``"sliding"`` or another name in
+            :data:`attnlib.variants.ATTENTION`.
         rope_base: RoPE base.
         norm: one of :data:`NORM_PLACEMENTS`.
         norm_kind: one of :data:`NORM_KINDS`.
@@ -526,6 +534,10 @@ class TinyDecoder(nn.Module):
             weights on the same kind of device).
         device: where the parameters live.
         dtype: their dtype.
+        **attention_options: the variant's own options, handed to every block's builder
+            (see :class:`TransformerBlock`): ``n_kv_heads`` for ``"gqa"``; ``d_latent``
+            (required), ``d_latent_q`` and ``d_rope`` for ``"mla"``; ``window`` for
+            ``"sliding"``.
 
     Example:
         >>> model = TinyDecoder(vocab_size=50, d_model=32, n_layers=2, n_heads=4, seed=0)
@@ -543,13 +555,9 @@ class TinyDecoder(nn.Module):
         n_layers: int,
         n_heads: int,
         *,
-        n_kv_heads: int | None = None,
         d_head: int | None = None,
         d_ff: int | None = None,
         attention: str = "gqa",
-        d_latent: int | None = None,
-        d_latent_q: int | None = None,
-        d_rope: int = 0,
         rope_base: float | None = 10000.0,
         norm: str = "pre",
         norm_kind: str = "rms",
@@ -558,12 +566,12 @@ class TinyDecoder(nn.Module):
         seed: int | None = None,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        **attention_options: object,
     ) -> None:
         super().__init__()
         self.vocab_size = check_positive_int("vocab_size", vocab_size)
         self.d_model = check_positive_int("d_model", d_model)
         self.n_layers = check_positive_int("n_layers", n_layers)
-        check_nonnegative_int("d_rope", d_rope)
         if not isinstance(tie_weights, bool):
             raise TypeError(f"tie_weights must be a bool; got {tie_weights!r}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
@@ -571,11 +579,9 @@ class TinyDecoder(nn.Module):
         self.attention = attention
         self.norm = norm
         kw = {"device": device, "dtype": dtype}
-        block_kw = {
-            "n_kv_heads": n_kv_heads, "d_head": d_head, "d_ff": d_ff, "ffn": ffn, "norm": norm,
-            "norm_kind": norm_kind, "attention": attention, "d_latent": d_latent,
-            "d_latent_q": d_latent_q, "d_rope": d_rope, "rope_base": rope_base,
-        }
+        block_kw = {"d_head": d_head, "d_ff": d_ff, "ffn": ffn, "norm": norm,
+                    "norm_kind": norm_kind, "attention": attention, "rope_base": rope_base,
+                    **attention_options}
         with seeded(seed, device):
             self.E = nn.Parameter(torch.randn(vocab_size, d_model, **kw) * 0.02)
             self.blocks = nn.ModuleList(
@@ -585,11 +591,46 @@ class TinyDecoder(nn.Module):
         self.emb_norm = _make_norm(norm_kind, d_model, **kw) if norm == "peri" else nn.Identity()
         self.final_norm = nn.Identity() if norm == "post" else _make_norm(norm_kind, d_model, **kw)
 
+    def with_attention(self, *, attend: AttendFn | None = None,
+                       rope: RopeFn | None = None) -> TinyDecoder:
+        """A copy of this model whose every attention layer runs ``attend`` and ``rope``.
+
+        The copy holds copies of the weights and runs, caches and generates like this
+        model, with the attend step (and the rotation) of every layer replaced; see
+        :meth:`attnlib.attention_layer.AttentionLayer.use` for what each function receives.
+        This model is not changed. With attnlib's own
+        :func:`~attnlib.gqa.grouped_query_attention` as ``attend``, the logits are the
+        original's, bit for bit.
+
+        Args:
+            attend: ``attend(Q, K, V, *, mask=None, causal=False) -> Y`` per head, or None
+                to keep the layers' own.
+            rope: ``rope(X, positions, *, base) -> X``, or None to keep the layers' own.
+
+        Returns:
+            A new :class:`TinyDecoder`.
+
+        Example:
+            >>> from attnlib.gqa import grouped_query_attention
+            >>> model = TinyDecoder(vocab_size=20, d_model=16, n_layers=2, n_heads=2, seed=0)
+            >>> ids = torch.tensor([[1, 2, 3]])
+            >>> twin = model.with_attention(attend=grouped_query_attention)
+            >>> torch.equal(twin(ids), model(ids))
+            True
+
+        Lesson: 02_softmax_attention, 05_kv_cache, 06_gqa, 08_rope (your code in a trained
+        model).
+        """
+        twin = copy.deepcopy(self)
+        for block in twin.blocks:
+            block.attn.use(attend=attend, rope=rope)
+        return twin
+
     def output_weights(self) -> torch.Tensor:
         """The output head ``(d_model, vocab_size)``: ``E^T`` (a view of ``E``) when tied."""
         return self.E.mT if self.W_out is None else self.W_out
 
-    def new_caches(self, max_tokens: int | None = None) -> list[KVCache | LatentCache]:
+    def new_caches(self, max_tokens: int | None = None) -> list[Cache]:
         """One empty cache per layer, from its attention's ``new_cache``: a growing
         :class:`KVCache` (``"gqa"``) or :class:`LatentCache` (``"mla"``), or, with
         ``max_tokens``, one preallocated for that many tokens, which copies nothing as it
@@ -602,9 +643,10 @@ class TinyDecoder(nn.Module):
         self,
         ids: torch.Tensor,
         *,
-        caches: Sequence[KVCache | LatentCache] | None = None,
+        caches: Sequence[Cache] | None = None,
         attention_mask: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
+        check: bool = True,
     ) -> torch.Tensor:
         """Next-token logits for every position: ``logits = Norm(Blocks(E[ids])) W_out``.
 
@@ -625,6 +667,8 @@ class TinyDecoder(nn.Module):
             positions: the RoPE positions of the new tokens, ``(N,)`` or ``(B, N)``;
                 ``None`` means the ones ``attention_mask`` gives, or without it
                 ``0 .. N - 1`` continuing from the caches.
+            check: validate the arguments first (the default); :meth:`generate`, which
+                checked its own, passes False at every step.
 
         Returns:
             ``(..., N, vocab_size)`` logits; row ``i`` scores the token after ``ids[..., i]``.
@@ -633,36 +677,25 @@ class TinyDecoder(nn.Module):
         through the same ``caches`` in pieces; with ``attention_mask``, row ``b``'s logits
         at its real tokens are those of its real tokens run alone, unpadded.
         """
-        self._check(ids, caches, attention_mask=attention_mask, positions=positions)
+        if check:
+            self.check(ids, caches, attention_mask=attention_mask, positions=positions)
         real = None if attention_mask is None else attention_mask.bool()
-        return self._forward(ids, caches, real, positions)
-
-    def _forward(
-        self,
-        ids: torch.Tensor,
-        caches: Sequence[KVCache | LatentCache] | None = None,
-        real: torch.Tensor | None = None,
-        positions: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """:meth:`forward` without its input check (what :meth:`generate` runs per step);
-        ``real`` is the attention mask as bools."""
         x = self.E[ids]  # (..., N, d_model)
         if self.norm == "peri":
-            x = self.emb_norm._forward(x)
+            x = self.emb_norm(x, check=False)
         n, start = ids.shape[-1], 0 if caches is None else caches[0].n_tokens
         mask = None
         if real is not None:  # padding: hide the pads' keys, count the real tokens only
             mask = real[..., None, :]  # (B, 1, N_KV): the key is real; each block adds causal
             if positions is None:
-                positions = position_ids.unchecked(real)[..., -n:]  # (B, N): the new tokens
-        # Every block's attention rotates by the same angles: one set of tables for all.
-        tables = getattr(self.blocks[0].attn, "_rope_tables", None)
-        rope = None if tables is None else tables(positions, n, start, x.dtype, x.device)
+                positions = position_ids(real, check=False)[..., -n:]  # (B, N): the new tokens
+        # Every block's attention rotates by the same angles: one rotation for all.
+        rope = self.blocks[0].attn.rope_tables(positions, n, start, x.dtype, x.device)
         for i, block in enumerate(self.blocks):
-            x = block._forward(x, causal=True, mask=mask, positions=positions,
-                               cache=None if caches is None else caches[i], rope=rope)
+            x = block(x, causal=True, mask=mask, positions=positions,
+                      cache=None if caches is None else caches[i], rope=rope, check=False)
         if self.norm != "post":
-            x = self.final_norm._forward(x)  # (..., N, d_model)
+            x = self.final_norm(x, check=False)  # (..., N, d_model)
         return x @ self.output_weights()  # (..., N, vocab_size)
 
     @torch.no_grad()
@@ -673,6 +706,7 @@ class TinyDecoder(nn.Module):
         *,
         use_cache: bool = True,
         attention_mask: torch.Tensor | None = None,
+        caches: Sequence[Cache] | None = None,
     ) -> torch.Tensor:
         """Greedy decoding: append ``argmax`` of the last logits, ``max_new_tokens`` times.
 
@@ -691,18 +725,22 @@ class TinyDecoder(nn.Module):
                 left: bools or 0/1, True/1 = a real token (see :meth:`forward`). Every row
                 must end in a real token; each generated token extends the mask by one
                 real column. Row ``b`` then generates what its real tokens generate alone.
+            caches: empty caches, one per layer, to decode with instead of the
+                preallocated ones (``use_cache=True`` only): a cache class of one's own,
+                for example, subclassing :class:`attnlib.cache.Cache`.
 
         Returns:
             ``(..., N + max_new_tokens)`` the prompt (with its pads) followed by the
             generated ids.
         """
-        self._check(ids, None, attention_mask=attention_mask, max_new_tokens=max_new_tokens,
-                    use_cache=use_cache)
-        caches = self.new_caches(ids.shape[-1] + max_new_tokens) if use_cache else None
+        self.check(ids, caches, attention_mask=attention_mask, max_new_tokens=max_new_tokens,
+                   use_cache=use_cache)
+        if caches is None and use_cache:
+            caches = self.new_caches(ids.shape[-1] + max_new_tokens)
         real = None if attention_mask is None else attention_mask.bool()
         out, step = ids, ids
         for _ in range(max_new_tokens):
-            logits = self._forward(step, caches, real)  # (..., N_step, vocab_size)
+            logits = self(step, caches=caches, attention_mask=real, check=False)  # (..., N_step, V)
             next_id = logits[..., -1, :].argmax(dim=-1, keepdim=True)  # (..., 1)
             out = torch.cat((out, next_id), dim=-1)
             if real is not None:  # the new token is real
@@ -710,8 +748,8 @@ class TinyDecoder(nn.Module):
             step = next_id if use_cache else out  # with a cache, feed only the new token
         return out
 
-    def _check(
-        self, ids: object, caches: object, *, attention_mask: object = None,
+    def check(
+        self, ids: object, caches: object = None, *, attention_mask: object = None,
         positions: object = None, **generate_args: object,
     ) -> None:
         """Token ids in ``[0, vocab_size)`` on the model's device; caches; the attention
@@ -719,6 +757,9 @@ class TinyDecoder(nn.Module):
         if "max_new_tokens" in generate_args:
             check_nonnegative_int("max_new_tokens", generate_args["max_new_tokens"])
             check_bool("use_cache", generate_args["use_cache"])
+            if caches is not None and not generate_args["use_cache"]:
+                raise ValueError("caches must be None with use_cache=False; got "
+                                 f"{len(caches) if isinstance(caches, (list, tuple)) else caches}")
         if not isinstance(ids, torch.Tensor):
             raise TypeError(f"ids must be a torch.Tensor of token ids; got {type(ids).__name__}")
         if ids.dtype == torch.bool or ids.is_floating_point() or ids.is_complex():
@@ -790,13 +831,8 @@ class TinyDecoder(nn.Module):
                 f"(see new_caches()); got {got}"
             )
         for i, (cache, block) in enumerate(zip(caches, self.blocks, strict=True)):
-            kind = type(block.attn.new_cache())
-            if not isinstance(cache, kind):
-                raise TypeError(
-                    f"caches[{i}] must be an attnlib.{kind.__name__} for attention="
-                    f"{self.attention!r}; got {type(cache).__name__}"
-                )
-            block.attn._check_cache(cache, tuple(ids.shape[:-1]), ids.shape[-1])
+            block.attn.check_cache(cache, tuple(ids.shape[:-1]), ids.shape[-1],
+                                   name=f"caches[{i}]")
 
     def extra_repr(self) -> str:
         tied = self.W_out is None

@@ -62,14 +62,10 @@ import torch
 from torch import nn
 
 from attnlib._checks import (
-    check_attention_call,
     check_attention_options,
     check_bool,
-    check_cache,
-    check_choice,
     check_divisible,
     check_even,
-    check_input,
     check_last_dim,
     check_matrix,
     check_nonnegative_int,
@@ -80,21 +76,13 @@ from attnlib._checks import (
     check_tensor,
 )
 from attnlib._params import init_weight
+from attnlib.attention_layer import AttentionLayer
 from attnlib.cache import LatentCache, Rows, StaticLatentCache
-from attnlib.core import IMPLS, attention
-from attnlib.device import work_dtype
+from attnlib.core import attention
 from attnlib.gqa import GroupedQueryAttention, grouped_query_attention
-from attnlib.heads import head_mask, kv_head_index, merge_heads, split_heads
+from attnlib.heads import kv_head_index, merge_heads, split_heads
 from attnlib.norms import rms_norm
-from attnlib.rope import (
-    RopeScaling,
-    YarnScaling,
-    check_rope_scaling,
-    rope_cos_sin,
-    rope_positions,
-    rope_rotate,
-    rope_tables,
-)
+from attnlib.rope import RopeScaling, RopeTables, YarnScaling, check_rope_scaling
 from attnlib.variants import register_attention
 
 __all__ = [
@@ -121,6 +109,7 @@ def mla_naive(
     causal: bool = False,
     scale: float | None = None,
     impl: str = "auto",
+    check: bool = True,
 ) -> torch.Tensor:
     """MLA read off the latents: ``Y = concat_col(Z_h^-1 A_h V_h) W_O`` with ``K_h = L W_LK^h``.
 
@@ -144,6 +133,7 @@ def mla_naive(
         causal: bottom-right aligned causal mask.
         scale: multiplies the logits; default ``1/sqrt(d_head + d_R)``.
         impl: ``"auto"`` (fused SDPA) or ``"explicit"``, see :func:`attnlib.core.attention`.
+        check: validate the arguments first (the default); attnlib's own calls pass False.
 
     Returns:
         ``(..., N_Q, d_out)``.
@@ -153,26 +143,29 @@ def mla_naive(
 
     Lesson: 07_mla (decoupled RoPE: 08_rope).
     """
-    _check_latents(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R, k_R, mask, causal, scale, impl)
-    return _mla_naive(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R=q_R, k_R=k_R, mask=mask,
-                      causal=causal, scale=scale, impl=impl)
+    if check:
+        _check_latents(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R, k_R, mask, causal, scale,
+                       impl)
+    Q = split_heads(L_Q @ W_LQQ, n_heads, check=False)  # (..., H, N_Q, d_head)  Q_h = L_Q W_LQQ^h
+    Y = _naive_heads(Q, L, W_LK, W_LV, q_R=q_R, k_R=k_R, mask=mask, causal=causal,
+                     scale=scale, impl=impl)  # (..., H, N_Q, d_v)
+    return merge_heads(Y, check=False) @ W_O  # (..., N_Q, H d_v) @ (H d_v, d_out)
 
 
-def _mla_naive(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, *, q_R=None, k_R=None, mask=None,
-               causal=False, scale=None, impl="auto") -> torch.Tensor:
-    d_rope = 0 if q_R is None else q_R.shape[-1]
-    scale = 1.0 / math.sqrt(W_LK.shape[1] // n_heads + d_rope) if scale is None else scale
-    Q = split_heads.unchecked(L_Q @ W_LQQ, n_heads)  # (..., H, N_Q, d_head)   Q_h = L_Q W_LQQ^h
-    K = split_heads.unchecked(L @ W_LK, n_heads)  # (..., H, N_KV, d_head)     K_h = L W_LK^h
-    V = split_heads.unchecked(L @ W_LV, n_heads)  # (..., H, N_KV, d_v)        V_h = L W_LV^h
+def _naive_heads(Q, L, W_LK, W_LV, *, q_R, k_R, mask, causal, scale, impl, attend=None):
+    """Every head's ``Z_h^-1 A_h V_h`` with ``K_h = L W_LK^h`` and ``V_h = L W_LV^h`` formed;
+    ``attend`` (a function of ``Q, K, V, mask, causal``) replaces :func:`attention`."""
+    H, d_rope = Q.shape[-3], 0 if q_R is None else q_R.shape[-1]
+    scale = 1.0 / math.sqrt(Q.shape[-1] + d_rope) if scale is None else scale
+    K = split_heads(L @ W_LK, H, check=False)  # (..., H, N_KV, d_head)     K_h = L W_LK^h
+    V = split_heads(L @ W_LV, H, check=False)  # (..., H, N_KV, d_v)        V_h = L W_LV^h
     if d_rope:  # [Q_h | q_R,h] . [K_h | k_R]: one rotated key for every head
         Q = torch.cat((Q, q_R), dim=-1)  # (..., H, N_Q, d_head + d_R)
         K = torch.cat((K, k_R.unsqueeze(-3).expand(*K.shape[:-1], d_rope)), dim=-1)
-    Y = attention.unchecked(Q, K, V, mask=mask, causal=causal, scale=scale, impl=impl)
-    return merge_heads.unchecked(Y) @ W_O  # (..., N_Q, H d_v) @ (H d_v, d_out)
-
-
-mla_naive.unchecked = _mla_naive
+    if attend is not None:
+        default = scale == 1.0 / math.sqrt(Q.shape[-1])
+        return attend(Q, K, V, mask=mask, causal=causal, **({} if default else {"scale": scale}))
+    return attention(Q, K, V, mask=mask, causal=causal, scale=scale, impl=impl, check=False)
 
 
 def mla_absorbed(
@@ -190,6 +183,7 @@ def mla_absorbed(
     causal: bool = False,
     scale: float | None = None,
     impl: str = "auto",
+    check: bool = True,
 ) -> torch.Tensor:
     """Absorbed MLA: ``Y_h = Z_h^-1 A_h L W_LV^h`` with ``A_h = exp(scale Q_h (W_LK^h)^T L^T)``.
 
@@ -203,7 +197,7 @@ def mla_absorbed(
     run time rather than merged.
 
     Args:
-        L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R, k_R, mask, causal, scale, impl:
+        L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R, k_R, mask, causal, scale, impl, check:
             as in :func:`mla_naive`.
 
     Returns:
@@ -220,31 +214,32 @@ def mla_absorbed(
 
     Lesson: 07_mla (decoupled RoPE: 08_rope).
     """
-    _check_latents(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R, k_R, mask, causal, scale, impl)
-    return _mla_absorbed(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R=q_R, k_R=k_R, mask=mask,
-                         causal=causal, scale=scale, impl=impl)
+    if check:
+        _check_latents(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R, k_R, mask, causal, scale,
+                       impl)
+    Q = split_heads(L_Q @ W_LQQ, n_heads, check=False)  # (..., H, N_Q, d_head)  Q_h = L_Q W_LQQ^h
+    Y = _absorbed_heads(Q, L, W_LK, W_LV, q_R=q_R, k_R=k_R, mask=mask, causal=causal,
+                        scale=scale, impl=impl)  # (..., H, N_Q, d_v)
+    return merge_heads(Y, check=False) @ W_O  # (..., N_Q, H d_v) @ (H d_v, d_out)
 
 
-def _mla_absorbed(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, *, q_R=None, k_R=None, mask=None,
-                  causal=False, scale=None, impl="auto") -> torch.Tensor:
-    H, d_head, d_v = n_heads, W_LK.shape[1] // n_heads, W_LV.shape[1] // n_heads
+def _absorbed_heads(Q, L, W_LK, W_LV, *, q_R, k_R, mask, causal, scale, impl):
+    """Every head's ``(Z_h^-1 A_h L) W_LV^h``, the query moved into latent coordinates."""
+    H, d_head, d_v = Q.shape[-3], Q.shape[-1], W_LV.shape[1] // Q.shape[-3]
     d_rope = 0 if q_R is None else q_R.shape[-1]
     scale = 1.0 / math.sqrt(d_head + d_rope) if scale is None else scale
     W_LK_T = W_LK.unflatten(1, (H, d_head)).permute(1, 2, 0)  # (H, d_head, d_L): (W_LK^h)^T
     W_LV_h = W_LV.unflatten(1, (H, d_v)).transpose(0, 1)  # (H, d_L, d_v): W_LV^h
-    Q_L = split_heads.unchecked(L_Q @ W_LQQ, H) @ W_LK_T  # (..., H, N_Q, d_L)  Q_h (W_LK^h)^T
+    Q_L = Q @ W_LK_T  # (..., H, N_Q, d_L)  Q_h (W_LK^h)^T
     K_L = L if not d_rope else torch.cat((L, k_R), dim=-1)  # (..., N_KV, d_L + d_R)
     if d_rope:
         Q_L = torch.cat((Q_L, q_R), dim=-1)  # (..., H, N_Q, d_L + d_R)
     # Multi-query attention: ONE key/value head, the latent, read by all H query heads
-    Y_L = grouped_query_attention.unchecked(
+    Y_L = grouped_query_attention(
         Q_L, K_L.unsqueeze(-3), L.unsqueeze(-3), mask=mask, causal=causal, scale=scale, impl=impl,
+        check=False,
     )  # (..., H, N_Q, d_L): Z_h^-1 A_h L
-    Y = Y_L @ W_LV_h  # (..., H, N_Q, d_v)  (Z_h^-1 A_h L) W_LV^h
-    return merge_heads.unchecked(Y) @ W_O  # (..., N_Q, H d_v) @ (H d_v, d_out)
-
-
-mla_absorbed.unchecked = _mla_absorbed
+    return Y_L @ W_LV_h  # (..., H, N_Q, d_v)  (Z_h^-1 A_h L) W_LV^h
 
 
 def mla_merged_weights(
@@ -253,6 +248,8 @@ def mla_merged_weights(
     W_LV: torch.Tensor,
     W_O: torch.Tensor,
     n_heads: int,
+    *,
+    check: bool = True,
 ) -> dict[str, torch.Tensor]:
     """Merged weights ``W_LQK^h = W_LQQ^h (W_LK^h)^T`` and ``W_LO = blockdiag(W_LV^h) W_O``.
 
@@ -269,6 +266,7 @@ def mla_merged_weights(
         W_LV: ``(d_L, H * d_v)``.
         W_O: ``(H * d_v, d_out)``.
         n_heads: ``H``.
+        check: validate the arguments first (the default).
 
     Returns:
         ``{"W_LQK": (H, d_LQ, d_L), "W_LO": (H * d_L, d_out)}``.
@@ -277,11 +275,8 @@ def mla_merged_weights(
 
     Lesson: 07_mla.
     """
-    _check_factors(W_LQQ, W_LK, W_LV, W_O, n_heads)
-    return _mla_merged_weights(W_LQQ, W_LK, W_LV, W_O, n_heads)
-
-
-def _mla_merged_weights(W_LQQ, W_LK, W_LV, W_O, n_heads) -> dict[str, torch.Tensor]:
+    if check:
+        _check_factors(W_LQQ, W_LK, W_LV, W_O, n_heads)
     H, d_q, d_latent, d_out = n_heads, W_LQQ.shape[0], W_LK.shape[0], W_O.shape[1]
     d_head, d_v = W_LK.shape[1] // H, W_LV.shape[1] // H
     W_LQQ_h = W_LQQ.reshape(d_q, H, d_head)  # [:, h] is column block W_LQQ^h
@@ -293,7 +288,7 @@ def _mla_merged_weights(W_LQQ, W_LK, W_LV, W_O, n_heads) -> dict[str, torch.Tens
     return {"W_LQK": W_LQK, "W_LO": W_LO}
 
 
-class MultiHeadLatentAttention(nn.Module):
+class MultiHeadLatentAttention(AttentionLayer):
     """Multi-head latent attention: ``K_h = L W_LK^h``, ``V_h = L W_LV^h``, cached ``L = X W_L``.
 
     Parameters (multiplying from the right; ``d_Q = d_LQ`` with a query latent, else
@@ -347,8 +342,17 @@ class MultiHeadLatentAttention(nn.Module):
         >>> torch.allclose(mla(X, causal=True), mla(X, causal=True, absorbed=True), atol=1e-5)
         True
 
+    Its ``forward`` is :meth:`AttentionLayer.forward
+    <attnlib.attention_layer.AttentionLayer.forward>` (self-attention only, ``X_KV=None``),
+    with one option of its attend step: ``absorbed=True`` runs :func:`mla_absorbed`'s order
+    (per-head ``K_h`` and ``V_h`` are never formed) instead of :func:`mla_naive`'s; the two
+    agree up to rounding. ``impl`` is ``"auto"`` or ``"explicit"``, as for
+    :func:`attnlib.core.attention`.
+
     Lesson: 07_mla (decoupled RoPE: 08_rope).
     """
+
+    cache_type = LatentCache
 
     def __init__(
         self,
@@ -379,6 +383,7 @@ class MultiHeadLatentAttention(nn.Module):
             latent_norm, rope_base, rope_interleaved
         )
         self.rope_scaling = rope_scaling
+        self.rope_dim = d_rope  # only the decoupled part turns
         kw = {"device": device, "dtype": dtype}
         H, d_q = n_heads, d_in if d_latent_q is None else d_latent_q
         self.W_L = init_weight(d_in, d_latent, **kw)
@@ -409,122 +414,73 @@ class MultiHeadLatentAttention(nn.Module):
         without a query latent); see :func:`mla_merged_weights`. ``forward(absorbed=True)``
         does not use them: it applies the factors in the absorbed order instead.
         """
-        return _mla_merged_weights(self.W_LQQ, self.W_LK, self.W_LV, self.W_O, self.n_heads)
+        return mla_merged_weights(self.W_LQQ, self.W_LK, self.W_LV, self.W_O, self.n_heads,
+                                  check=False)
 
-    def forward(
-        self,
-        X: torch.Tensor,
-        *,
-        causal: bool = False,
-        mask: torch.Tensor | None = None,
-        positions: torch.Tensor | None = None,
-        cache: LatentCache | None = None,
-        absorbed: bool = False,
-        impl: str = "auto",
-    ) -> torch.Tensor:
-        """``Y = concat_col(Z_h^-1 A_h V_h) W_O``, per head or absorbed into the latent.
+    # --- the steps of AttentionLayer.forward ---------------------------------------------
 
-        Args:
-            X: ``(..., N, d_in)`` input tokens (self-attention).
-            causal: bottom-right aligned causal mask (with a cache, each new token sees
-                every cached token and the new ones up to itself).
-            mask: bool, broadcastable to ``(..., N_Q, N_KV)`` and shared by every head,
-                e.g. :func:`attnlib.masks.key_padding_mask`.
-            positions: RoPE positions ``(N,)`` or ``(B, N)``; ``None`` means
-                ``0 .. N - 1`` continuing from ``cache.n_tokens``. Ignored when ``d_rope = 0``.
-            cache: a :class:`attnlib.LatentCache`; receives ``L`` and ``k_R`` of the new
-                tokens, and attention runs over everything it holds.
-            absorbed: :func:`mla_absorbed` (per-head ``K_h`` and ``V_h`` are never formed)
-                instead of :func:`mla_naive`.
-            impl: ``"auto"`` or ``"explicit"``, passed to :func:`attnlib.core.attention`.
-
-        Returns:
-            ``(..., N, d_out)``; the two paths agree up to rounding.
-        """
-        self._check(X, causal=causal, mask=mask, positions=positions, cache=cache,
-                    absorbed=absorbed, impl=impl)
-        return self._forward(X, causal=causal, mask=mask, positions=positions, cache=cache,
-                             absorbed=absorbed, impl=impl)
-
-    def _forward(
-        self,
-        X: torch.Tensor,
-        *,
-        causal: bool = False,
-        mask: torch.Tensor | None = None,
-        positions: torch.Tensor | None = None,
-        cache: LatentCache | None = None,
-        absorbed: bool = False,
-        impl: str = "auto",
-        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
-        """:meth:`forward` without its input check: what a block runs (``rope``: the new
-        tokens' rotation tables, when a decoder made them once for all its layers)."""
+    def project(self, X: torch.Tensor, X_KV: torch.Tensor | None = None) -> tuple:
+        """``Q_h = L_Q W_LQQ^h`` (with ``q_R,h = L_Q W_QR^h``) and the latent ``L = X W_L``
+        (with ``k_R = X W_KR``): ``((Q, q_R), (L, k_R))``, the rotary parts None when
+        ``d_rope = 0``. Self-attention only (``X_KV`` must be None)."""
         L = X @ self.W_L  # (..., N, d_L)  the latent: with k_R, all that is cached
         L_Q = X if self.W_LQ is None else X @ self.W_LQ  # (..., N, d_Q)
         if self.latent_norm:
-            L = rms_norm.unchecked(L, self.g_L, 1e-6)
-            L_Q = L_Q if self.g_LQ is None else rms_norm.unchecked(L_Q, self.g_LQ, 1e-6)
-        q_R = k_R = None
-        if self.d_rope:
-            if rope is None:
-                start = 0 if cache is None else cache.n_tokens
-                rope = self._rope_tables(positions, X.shape[-2], start, X.dtype, X.device)
-            q_R, k_R = self._rope_parts(X, L_Q, *rope)
-        if cache is not None:
-            L, k_R = cache._append(L, k_R)  # every token so far; k_R already rotated
-        mla = _mla_absorbed if absorbed else _mla_naive
-        return mla(
-            L_Q, L, self.W_LQQ, self.W_LK, self.W_LV, self.W_O, self.n_heads, q_R=q_R, k_R=k_R,
-            mask=head_mask.unchecked(mask), causal=causal, scale=self.scale, impl=impl,
-        )
+            L = rms_norm(L, self.g_L, 1e-6, check=False)
+            L_Q = L_Q if self.g_LQ is None else rms_norm(L_Q, self.g_LQ, 1e-6, check=False)
+        Q = split_heads(L_Q @ self.W_LQQ, self.n_heads, check=False)  # (..., H, N, d_head)
+        if not self.d_rope:
+            return (Q, None), (L, None)
+        q_R = split_heads(L_Q @ self.W_QR, self.n_heads, check=False)  # (..., H, N, d_R)
+        k_R = X @ self.W_KR  # (..., N, d_R): one rotary key for every head
+        return (Q, q_R), (L, k_R)
+
+    def rotate(self, Q: tuple, kv: tuple, rope: RopeTables) -> tuple:
+        """Rotate the decoupled parts ``q_R`` and ``k_R``; the latent is never rotated."""
+        (Q, q_R), (L, k_R) = Q, kv
+        # k_R has no head axis; a singleton one lines it up with positions of shape (B, 1, N).
+        q_R, k_R = self.rope(rope, q_R, k_R.unsqueeze(-3))  # (..., H, N, d_R), (..., 1, N, d_R)
+        return (Q, q_R), (L, k_R.squeeze(-3))
+
+    def attend(self, Q: tuple, L: torch.Tensor, k_R: torch.Tensor | None = None, *,
+               mask: torch.Tensor | None = None, causal: bool = False, absorbed: bool = False,
+               impl: str = "auto") -> torch.Tensor:
+        """Every head's ``Z_h^-1 A_h V_h``, ``(..., H, N_Q, d_v)``, over the held latents.
+
+        ``absorbed=False`` forms ``K_h = L W_LK^h`` and ``V_h = L W_LV^h`` and attends per
+        head (with :attr:`attend_fn` when set); ``absorbed=True`` moves each query into
+        latent coordinates and never forms them (:func:`mla_absorbed`).
+        """
+        Q, q_R = Q
+        kw = {"q_R": q_R, "k_R": k_R, "mask": mask, "causal": causal, "scale": self.scale,
+              "impl": impl}
+        if absorbed:
+            return _absorbed_heads(Q, L, self.W_LK, self.W_LV, **kw)
+        return _naive_heads(Q, L, self.W_LK, self.W_LV, attend=self.attend_fn, **kw)
+
+    def combine(self, Y: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+        """``concat_col(Y_1 .. Y_H) W_O``."""
+        return merge_heads(Y, check=False) @ self.W_O  # (..., N_Q, H d_v) @ (H d_v, d_out)
 
     def new_cache(self, max_tokens: int | None = None) -> LatentCache:
         """An empty cache for this layer: a :class:`~attnlib.cache.LatentCache`, or with
         ``max_tokens`` a :class:`~attnlib.cache.StaticLatentCache` (no copies as it grows)."""
         return LatentCache() if max_tokens is None else StaticLatentCache(max_tokens)
 
-    def _check(self, X, *, causal=False, mask=None, positions=None, cache=None, absorbed=False,
-               impl="auto") -> None:
-        """The arguments of :meth:`forward`; a block checks its own with it."""
-        check_input("X", X, self.d_in, self.W_L, "d_in of this module")
-        if cache is not None:
-            self._check_cache(cache, X.shape[:-2], X.shape[-2])
-        check_choice("impl", impl, IMPLS)
-        n_kv = X.shape[-2] + (0 if cache is None else cache.n_tokens)
-        check_attention_call(X, causal=causal, mask=mask, positions=positions, n_kv=n_kv,
-                             absorbed=absorbed)
-
-    def _check_cache(self, cache: object, batch: tuple[int, ...], n: int) -> None:
-        """``cache`` is a :class:`~attnlib.cache.LatentCache` that takes ``n`` new tokens."""
-        check_cache(cache, LatentCache)
+    def cache_rows(self, batch: tuple[int, ...], n: int) -> tuple[Rows, Rows | None]:
+        """The latents ``(..., n, d_L)`` and rotary keys ``(..., n, d_R)`` of ``n`` new tokens."""
         like = self.W_L
         L = Rows((*batch, n, self.d_latent), like.dtype, like.device)
         k_R = Rows((*batch, n, self.d_rope), like.dtype, like.device) if self.d_rope else None
-        cache._check_next(L, k_R)
+        return L, k_R
 
-    def _rope_tables(
-        self, positions: torch.Tensor | None, n: int, start: int, dtype: torch.dtype,
-        device: torch.device,
-    ) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """``cos`` and ``sin`` of ``n`` new tokens' angles (None without decoupled RoPE)."""
-        if not self.d_rope:
-            return None
-        pos = rope_positions(positions, n, start=start, device=device)
-        cos, sin = rope_cos_sin.unchecked(pos, self.d_rope, base=self.rope_base,
-                                          scaling=self.rope_scaling, dtype=work_dtype(dtype))
-        return rope_tables(cos, sin, interleaved=self.rope_interleaved)  # full width
-
-    def _rope_parts(
-        self, X: torch.Tensor, L_Q: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``q_R (..., H, N, d_R)`` per head and the one shared ``k_R (..., N, d_R)``, rotated."""
-        q_R = split_heads.unchecked(L_Q @ self.W_QR, self.n_heads)  # (..., H, N, d_R)
-        # k_R has no head axis; a singleton one lines it up with positions of shape (B, 1, N).
-        k_R = (X @ self.W_KR).unsqueeze(-3)  # (..., 1, N, d_R)
-        rotate = {"interleaved": self.rope_interleaved}
-        q_R, k_R = rope_rotate(q_R, cos, sin, **rotate), rope_rotate(k_R, cos, sin, **rotate)
-        return q_R, k_R.squeeze(-3)
+    def check(self, X: object, X_KV: object = None, *, absorbed: object = False,
+              **kw: object) -> None:
+        """The arguments of :meth:`forward` (self-attention only); a block checks its own."""
+        if X_KV is not None:
+            raise ValueError("X_KV must be None: MultiHeadLatentAttention is self-attention "
+                             f"only; got a tensor of shape {tuple(getattr(X_KV, 'shape', ()))}")
+        super().check(X, absorbed=absorbed, **kw)
 
     def extra_repr(self) -> str:
         parts = [
@@ -577,6 +533,7 @@ def mla_from_mha(
     *,
     svd: Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
     | None = None,
+    check: bool = True,
 ) -> MultiHeadLatentAttention:
     """Convert MHA/GQA to MLA by a truncated SVD: ``[W_K | W_V] ~ U_r S_r V_r^T``, ``r = d_latent``.
 
@@ -612,6 +569,7 @@ def mla_from_mha(
         svd: how to compute the rank-``r`` factors, ``svd(W_KV, r) -> (U_r, S_r, Vh_r)``;
             default the exact truncated SVD (``torch.linalg.svd``). Chapter 10 passes a
             randomised one (:func:`attnlib.randomised.randomised_mla_from_mha`).
+        check: validate the arguments first (the default).
 
     Returns:
         A :class:`MultiHeadLatentAttention` on the same device and dtype (the SVD itself
@@ -626,16 +584,8 @@ def mla_from_mha(
 
     Lesson: 07_mla (why RoPE blocks it: 08_rope).
     """
-    _check_conversion(attn, d_latent, svd)
-    return _mla_from_mha(attn, d_latent, svd)
-
-
-def _mla_from_mha(
-    attn: GroupedQueryAttention,
-    d_latent: int,
-    svd: Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
-    | None = None,
-) -> MultiHeadLatentAttention:
+    if check:
+        _check_conversion(attn, d_latent, svd)
     H, G, d_head, d_in = attn.n_heads, attn.n_kv_heads, attn.d_head, attn.d_in
     W_ref = attn.W_K
     work = torch.float32 if W_ref.device.type == "mps" else torch.float64
@@ -645,7 +595,7 @@ def _mla_from_mha(
         root = S.sqrt()
         W_L = U * root  # (d_in, r) = U_r S_r^{1/2}
         W_LKV = root[:, None] * Vh  # (r, 2 G d_head) = S_r^{1/2} V_r^T
-        group = kv_head_index.unchecked(H, G, W_ref.device)  # query head h -> KV head h // s
+        group = kv_head_index(H, G, device=W_ref.device, check=False)  # head h reads h // s
         W_LK, W_LV = (
             W.reshape(d_latent, G, d_head)[:, group].reshape(d_latent, H * d_head)
             for W in W_LKV.split(G * d_head, dim=1)
@@ -658,9 +608,6 @@ def _mla_from_mha(
         mla.W_LQQ.copy_(attn.W_Q)
         mla.W_O.copy_(attn.W_O)
     return mla
-
-
-mla_from_mha.unchecked = _mla_from_mha
 
 
 def _truncated_svd(W: torch.Tensor, r: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -34,6 +34,8 @@ def layer_norm(
     gamma: torch.Tensor | None = None,
     beta: torch.Tensor | None = None,
     eps: float = 1e-5,
+    *,
+    check: bool = True,
 ) -> torch.Tensor:
     """``y = (x - mu) / sqrt(sigma^2 + eps) * gamma + beta``, over the last dimension.
 
@@ -46,6 +48,8 @@ def layer_norm(
         gamma: ``(d,)`` gains; ``None`` means ones.
         beta: ``(d,)`` shifts; ``None`` means zeros.
         eps: added to the variance (> 0).
+        check: validate the arguments first (the default); attnlib's own calls on tensors
+            it made pass False.
 
     Returns:
         ``(..., d)``, dtype of ``x``.
@@ -58,13 +62,8 @@ def layer_norm(
 
     Lesson: 04_masks_and_layers.
     """
-    _check_norm_inputs(x, eps, gamma=gamma, beta=beta)
-    return _layer_norm(x, gamma, beta, eps)
-
-
-def _layer_norm(
-    x: torch.Tensor, gamma: torch.Tensor | None, beta: torch.Tensor | None, eps: float
-) -> torch.Tensor:
+    if check:
+        _check_norm_inputs(x, eps, gamma=gamma, beta=beta)
     work = work_dtype(x.dtype)  # half precision: work in float32
     xw = x.to(work)
     mu = xw.mean(dim=-1, keepdim=True)  # (..., 1)
@@ -77,7 +76,9 @@ def _layer_norm(
     return y.to(x.dtype)
 
 
-def rms_norm(x: torch.Tensor, g: torch.Tensor | None = None, eps: float = 1e-6) -> torch.Tensor:
+def rms_norm(
+    x: torch.Tensor, g: torch.Tensor | None = None, eps: float = 1e-6, *, check: bool = True
+) -> torch.Tensor:
     """``y = x / sqrt(mean(x^2) + eps) * g``, over the last dimension.
 
     Zhang and Sennrich's RMSNorm: divide each row by its root mean square. Unlike
@@ -89,6 +90,8 @@ def rms_norm(x: torch.Tensor, g: torch.Tensor | None = None, eps: float = 1e-6) 
         x: ``(..., d)``.
         g: ``(d,)`` gains; ``None`` means ones.
         eps: added to the mean square (> 0).
+        check: validate the arguments first (the default); attnlib's own calls on tensors
+            it made pass False.
 
     Returns:
         ``(..., d)``, dtype of ``x``.
@@ -101,20 +104,14 @@ def rms_norm(x: torch.Tensor, g: torch.Tensor | None = None, eps: float = 1e-6) 
 
     Lesson: 04_masks_and_layers.
     """
-    _check_norm_inputs(x, eps, g=g)
-    return _rms_norm(x, g, eps)
-
-
-def _rms_norm(x: torch.Tensor, g: torch.Tensor | None, eps: float) -> torch.Tensor:
+    if check:
+        _check_norm_inputs(x, eps, g=g)
     work = work_dtype(x.dtype)  # half precision: work in float32
     xw = x if x.dtype == work else x.to(work)
     y = xw * torch.rsqrt(xw.square().mean(dim=-1, keepdim=True) + eps)  # (..., d)
     if g is not None:
         y = y * g
     return y if y.dtype == x.dtype else y.to(x.dtype)
-
-
-rms_norm.unchecked = _rms_norm
 
 
 class LayerNorm(nn.Module):
@@ -143,13 +140,12 @@ class LayerNorm(nn.Module):
         self.gamma = nn.Parameter(torch.ones(d, device=device, dtype=dtype))
         self.beta = nn.Parameter(torch.zeros(d, device=device, dtype=dtype))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """See :func:`layer_norm`; ``x`` is ``(..., d)``."""
-        _check_norm_inputs(x, self.eps, d=self.d)
-        return self._forward(x)
-
-    def _forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _layer_norm(x, self.gamma, self.beta, self.eps)
+    def forward(self, x: torch.Tensor, *, check: bool = True) -> torch.Tensor:
+        """See :func:`layer_norm`; ``x`` is ``(..., d)`` (``check=False``: known to fit, as in a
+        block)."""
+        if check:
+            _check_norm_inputs(x, self.eps, d=self.d)
+        return layer_norm(x, self.gamma, self.beta, self.eps, check=False)
 
     def extra_repr(self) -> str:
         return f"d={self.d}, eps={self.eps:g}"
@@ -180,13 +176,12 @@ class RMSNorm(nn.Module):
         self.eps = check_positive_float("eps", eps)
         self.g = nn.Parameter(torch.ones(d, device=device, dtype=dtype))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """See :func:`rms_norm`; ``x`` is ``(..., d)``."""
-        _check_norm_inputs(x, self.eps, d=self.d)
-        return self._forward(x)
-
-    def _forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _rms_norm(x, self.g, self.eps)
+    def forward(self, x: torch.Tensor, *, check: bool = True) -> torch.Tensor:
+        """See :func:`rms_norm`; ``x`` is ``(..., d)`` (``check=False``: known to fit, as in a
+        block)."""
+        if check:
+            _check_norm_inputs(x, self.eps, d=self.d)
+        return rms_norm(x, self.g, self.eps, check=False)
 
     def extra_repr(self) -> str:
         return f"d={self.d}, eps={self.eps:g}"

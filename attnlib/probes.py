@@ -32,6 +32,7 @@ from attnlib.core import attention_weights
 from attnlib.gates import GatedAttention
 from attnlib.gqa import GroupedQueryAttention
 from attnlib.heads import repeat_kv, split_heads
+from attnlib.sliding import SlidingWindowAttention
 from attnlib.train import evaluate
 
 __all__ = [
@@ -51,10 +52,12 @@ def _check_decoder(model: object) -> None:
     if not isinstance(model, nn.Module) or not isinstance(blocks, nn.ModuleList):
         raise TypeError(f"model must be an attnlib.TinyDecoder; got {type(model).__name__}")
     for i, block in enumerate(blocks):
-        if not isinstance(block.attn, GroupedQueryAttention):
+        attn = block.attn
+        if not isinstance(attn, GroupedQueryAttention) or isinstance(attn, SlidingWindowAttention):
             raise TypeError(
                 f"model.blocks[{i}].attn must be a GroupedQueryAttention (MHA, GQA or a "
-                f"gated variant) to read its weights; got {type(block.attn).__name__}"
+                f"gated variant) over every earlier token to read its weights; got "
+                f"{type(attn).__name__}"
             )
 
 
@@ -79,24 +82,24 @@ def _check_maps(P: object) -> None:
 
 
 def _weights(attn: GroupedQueryAttention, X: torch.Tensor) -> torch.Tensor:
-    """``P = softmax(Q K^T / sqrt(d_head))`` with the causal mask, as ``attn`` computes it."""
-    Q = split_heads.unchecked(X @ attn.W_Q, attn.n_heads)  # (B, H, N, d_head)
-    K = split_heads.unchecked(X @ attn.W_K, attn.n_kv_heads)  # (B, G, N, d_head)
-    rope = attn._rope_tables(None, X.shape[-2], 0, X.dtype, X.device)  # the layer's own
+    """``P = softmax(Q K^T / sqrt(d_head))`` with the causal mask, from the layer's own steps."""
+    Q, (K, _) = attn.project(X)  # (B, H, N, d_head), (B, G, N, d_head)
+    rope = attn.rope_tables(None, X.shape[-2], 0, X.dtype, X.device)  # the layer's own
     if rope is not None:
-        Q, K = attn._rope(Q, K, *rope)
-    K = repeat_kv.unchecked(K, attn.n_heads)  # (B, H, N, d_head): head h reads its KV head
-    return attention_weights.unchecked(Q, K, causal=True)  # (B, H, N, N)
+        Q, (K, _) = attn.rotate(Q, (K, None), rope)
+    K = repeat_kv(K, attn.n_heads, check=False)  # (B, H, N, d_head): head h reads its KV head
+    return attention_weights(Q, K, causal=True, check=False)  # (B, H, N, N)
 
 
 @torch.no_grad()
 def attention_maps(
-    model: nn.Module, ids: torch.Tensor, *, dtype: torch.dtype | None = torch.float64
+    model: nn.Module, ids: torch.Tensor, *, dtype: torch.dtype | None = torch.float64,
+    check: bool = True,
 ) -> list[torch.Tensor]:
     """The attention weights of every layer: a list of ``n_layers`` tensors ``(B, H, N, N)``.
 
-    The model runs once on ``ids``; a hook records what each block hands its attention
-    sublayer (the normalised residual stream ``X``), and the weights
+    The model runs once on ``ids``; a forward pre-hook records what each block hands its
+    attention sublayer (the normalised residual stream ``X``), and the weights
     ``P_h = softmax(Q_h K_g(h)^T / sqrt(d_head))`` are recomputed from it with the causal
     mask and, when the layer has it, RoPE at positions ``0 .. N - 1``. Row ``i`` of head
     ``h`` says how much each earlier position contributes to position ``i``'s output.
@@ -105,6 +108,7 @@ def attention_maps(
         model: a :class:`attnlib.TinyDecoder` with GQA-family attention (MHA, GQA, gated).
         ids: ``(B, N)`` token ids.
         dtype: run a copy of the model in this dtype; ``None`` runs the model as it is.
+        check: validate ``model`` and ``ids`` first (the default).
 
     Returns:
         ``[P_0, ..., P_{L-1}]``, each ``(B, H, N, N)``, rows summing to 1.
@@ -114,38 +118,25 @@ def attention_maps(
 
     Lesson: 01_attention_as_lookup, 03_multi_head_attention.
     """
-    _check_decoder(model)
-    _check_ids(model, ids)
-    return _attention_maps(_as(model, dtype), ids)
-
-
-def _attention_maps(model: nn.Module, ids: torch.Tensor) -> list[torch.Tensor]:
+    if check:
+        _check_decoder(model)
+        _check_ids(model, ids)
+    model = _as(model, dtype)
     inputs = _attention_inputs(model, ids)
     return [_weights(b.attn, X) for b, X in zip(model.blocks, inputs, strict=True)]
 
 
 def _attention_inputs(model: nn.Module, ids: torch.Tensor) -> list[torch.Tensor]:
-    """What each block hands its attention sublayer, recorded during one forward pass.
-
-    A block runs its sublayer's ``_forward`` (forward hooks never fire), so for the length
-    of the pass each sublayer's ``_forward`` is wrapped by one that records its input.
-    """
+    """What each block hands its attention sublayer (``X``), recorded by forward hooks
+    during one forward pass; the hooks are removed afterwards."""
     inputs: list[torch.Tensor] = []
-
-    def recording(run):
-        def run_and_record(X, *args, **kw):
-            inputs.append(X)
-            return run(X, *args, **kw)
-        return run_and_record
-
-    attns = [b.attn for b in model.blocks]
-    for attn in attns:
-        attn._forward = recording(attn._forward)
+    hooks = [b.attn.register_forward_pre_hook(lambda _, args: inputs.append(args[0]))
+             for b in model.blocks]
     try:
         model(ids)
     finally:
-        for attn in attns:
-            del attn._forward  # the class's method again
+        for hook in hooks:
+            hook.remove()
     return inputs
 
 
@@ -203,16 +194,30 @@ def induction_score(P: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     return (w * has[:, None]).sum(dim=(0, -1)) / has.sum()
 
 
-def ablate_heads(model: nn.Module, heads: Iterable[tuple[int, int]]) -> nn.Module:
+def ablate_heads(model: nn.Module, heads: Iterable[tuple[int, int]], *,
+                 check: bool = True) -> nn.Module:
     """A copy of ``model`` in which each ``(layer, head)`` in ``heads`` outputs zero.
 
     Head ``h`` reaches the residual stream only through rows ``h d_head .. (h+1) d_head - 1``
     of its layer's ``W_O``; zeroing those rows removes its contribution and nothing else.
 
+    ``check=False`` skips the validation of ``model`` and ``heads`` (attnlib's own calls).
+
     Lesson: 03_multi_head_attention.
     """
-    _check_decoder(model)
     heads = list(heads)
+    if check:
+        _check_ablation(model, heads)
+    out = copy.deepcopy(model)
+    with torch.no_grad():
+        for layer, head in heads:
+            attn = out.blocks[layer].attn
+            attn.W_O[head * attn.d_head:(head + 1) * attn.d_head] = 0.0
+    return out
+
+
+def _check_ablation(model: object, heads: list) -> None:
+    _check_decoder(model)
     L = len(model.blocks)
     for pair in heads:
         if (not isinstance(pair, tuple) or len(pair) != 2
@@ -224,16 +229,6 @@ def ablate_heads(model: nn.Module, heads: Iterable[tuple[int, int]]) -> nn.Modul
         if not 0 <= head < model.blocks[layer].attn.n_heads:
             raise ValueError(f"head must lie in [0, n_heads) = "
                              f"[0, {model.blocks[layer].attn.n_heads}); got {head}")
-    return _ablate_heads(model, heads)
-
-
-def _ablate_heads(model: nn.Module, heads: list[tuple[int, int]]) -> nn.Module:
-    out = copy.deepcopy(model)
-    with torch.no_grad():
-        for layer, head in heads:
-            attn = out.blocks[layer].attn
-            attn.W_O[head * attn.d_head:(head + 1) * attn.d_head] = 0.0
-    return out
 
 
 def head_ablation(
@@ -255,8 +250,8 @@ def head_ablation(
     losses = torch.empty(L, H, dtype=torch.float64)
     for layer in range(L):
         for head in range(H):
-            ablated = _ablate_heads(model, [(layer, head)])
-            losses[layer, head] = evaluate.unchecked(ablated, ids, targets, dtype=None)["loss"]
+            ablated = ablate_heads(model, [(layer, head)], check=False)
+            losses[layer, head] = evaluate(ablated, ids, targets, dtype=None, check=False)["loss"]
     return losses
 
 
@@ -273,7 +268,7 @@ def first_token_share(
     """
     _check_decoder(model)
     _check_ids(model, ids)
-    maps = _attention_maps(_as(model, dtype), ids)
+    maps = attention_maps(model, ids, dtype=dtype, check=False)
     return torch.stack([P[..., 1:, 0].mean(dim=(0, -1)) for P in maps])
 
 
@@ -298,7 +293,7 @@ def gate_openness(
     out = []
     for block, X in zip(model.blocks, inputs, strict=True):
         gate = torch.sigmoid(X @ block.attn.W_theta)  # (B, N, H d_head)
-        out.append(split_heads.unchecked(gate, block.attn.n_heads).mean(dim=(0, 2, 3)))
+        out.append(split_heads(gate, block.attn.n_heads, check=False).mean(dim=(0, 2, 3)))
     return torch.stack(out)
 
 

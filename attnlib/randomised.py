@@ -84,7 +84,7 @@ F64 = torch.float64
 
 
 def sample_keys(
-    probs: torch.Tensor, m: int, *, generator: torch.Generator | None = None
+    probs: torch.Tensor, m: int, *, generator: torch.Generator | None = None, check: bool = True
 ) -> torch.Tensor:
     """``m`` independent key indices per row, ``j ~ probs[..., :]``, by inverting the CDF.
 
@@ -95,6 +95,8 @@ def sample_keys(
         probs: ``(..., N)`` non-negative weights; each row is normalised by its sum.
         m: samples per row.
         generator: the random generator (default: PyTorch's global one).
+        check: validate the arguments first (the default); attnlib's own calls on tensors
+            it made pass False.
 
     Returns:
         ``(..., m)`` int64 indices into the last dimension of ``probs``.
@@ -106,19 +108,13 @@ def sample_keys(
 
     Lesson: 10_randomised_attention.
     """
-    _check_sampling(probs, m)
-    return _sample_keys(probs, m, generator)
-
-
-def _sample_keys(probs: torch.Tensor, m: int, generator: torch.Generator | None) -> torch.Tensor:
+    if check:
+        _check_sampling(probs, m)
     cdf = torch.cumsum(probs.to(F64), dim=-1)  # (..., N)
     cdf = cdf / cdf[..., -1:]
     u = torch.rand(*probs.shape[:-1], m, generator=generator, dtype=F64).to(probs.device)
     j = torch.searchsorted(cdf.contiguous(), u.contiguous(), right=True)  # (..., m)
     return j.clamp(max=probs.shape[-1] - 1)  # u within rounding of 1 stays on the last key
-
-
-sample_keys.unchecked = _sample_keys
 
 
 def importance_attention(
@@ -130,6 +126,7 @@ def importance_attention(
     *,
     generator: torch.Generator | None = None,
     scale: float | None = None,
+    check: bool = True,
 ) -> torch.Tensor:
     """Self-normalised importance sampling of ``y_i = E_{j ~ P_i}[v_j]`` with ``m`` keys.
 
@@ -152,6 +149,8 @@ def importance_attention(
         m: keys sampled per query.
         generator: the random generator.
         scale: default ``1/sqrt(d_QK)``.
+        check: validate the arguments first (the default); attnlib's own calls on tensors
+            it made pass False.
 
     Returns:
         ``(..., N_Q, d_V)``.
@@ -169,32 +168,19 @@ def importance_attention(
 
     Lesson: 10_randomised_attention.
     """
-    _check_importance(Q, K, V, proposal, m, scale)
-    return _importance_attention(Q, K, V, proposal, m, generator, _scale(Q, scale))
-
-
-def _importance_attention(
-    Q: torch.Tensor,
-    K: torch.Tensor,
-    V: torch.Tensor,
-    rho: torch.Tensor,
-    m: int,
-    generator: torch.Generator | None,
-    scale: float,
-) -> torch.Tensor:
-    batch = broadcast_shape(Q.shape[:-2], K.shape[:-2], V.shape[:-2], rho.shape[:-2])
-    rho = rho.expand(*batch, *rho.shape[-2:])
+    if check:
+        _check_importance(Q, K, V, proposal, m, scale)
+    scale = _scale(Q, scale)
+    batch = broadcast_shape(Q.shape[:-2], K.shape[:-2], V.shape[:-2], proposal.shape[:-2])
+    rho = proposal.expand(*batch, *proposal.shape[-2:])
     rho = rho / rho.sum(dim=-1, keepdim=True)  # (..., N_Q, N_KV)
-    j = _sample_keys(rho, m, generator)  # (..., N_Q, m)
+    j = sample_keys(rho, m, generator=generator, check=False)  # (..., N_Q, m)
     K_s = _rows(K.expand(*batch, *K.shape[-2:]), j)  # (..., N_Q, m, d_QK)
     V_s = _rows(V.expand(*batch, *V.shape[-2:]), j)  # (..., N_Q, m, d_V)
     logits = scale * (K_s @ Q.expand(*batch, *Q.shape[-2:]).unsqueeze(-1)).squeeze(-1)
     log_w = logits - torch.log(torch.gather(rho, -1, j))  # (..., N_Q, m) log(A_ij / rho_ij)
     w = torch.exp(log_w - log_w.amax(dim=-1, keepdim=True))  # a common factor cancels
     return (w.unsqueeze(-2) @ V_s).squeeze(-2) / w.sum(dim=-1, keepdim=True)  # (..., N_Q, d_V)
-
-
-importance_attention.unchecked = _importance_attention
 
 
 def _rows(X: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
@@ -206,7 +192,7 @@ def _rows(X: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
 
 
 def sampling_variance(
-    P: torch.Tensor, V: torch.Tensor, proposal: torch.Tensor | None = None
+    P: torch.Tensor, V: torch.Tensor, proposal: torch.Tensor | None = None, *, check: bool = True
 ) -> torch.Tensor:
     """``sigma_i^2 = sum_j P_ij^2 / rho_ij |v_j - y_i|^2``: ``m`` times the error of one query.
 
@@ -220,6 +206,8 @@ def sampling_variance(
         V: ``(..., N_KV, d_V)`` values.
         proposal: ``(..., N_Q, N_KV)`` the sampling distribution ``rho`` (rows normalised),
             positive wherever ``P`` is.
+        check: validate the arguments first (the default); attnlib's own calls on tensors
+            it made pass False.
 
     Returns:
         ``(..., N_Q)``.
@@ -231,25 +219,19 @@ def sampling_variance(
 
     Lesson: 10_randomised_attention.
     """
-    _check_weights(P, V, proposal)
-    return _sampling_variance(P, V, proposal)
-
-
-def _sampling_variance(
-    P: torch.Tensor, V: torch.Tensor, rho: torch.Tensor | None
-) -> torch.Tensor:
+    if check:
+        _check_weights(P, V, proposal)
     Y = P @ V  # (..., N_Q, d_V)
     spread = (V.unsqueeze(-3) - Y.unsqueeze(-2)).pow(2).sum(dim=-1)  # (..., N_Q, N_KV)
-    if rho is None:
+    if proposal is None:
         return (P * spread).sum(dim=-1)
-    rho = rho / rho.sum(dim=-1, keepdim=True)
+    rho = proposal / proposal.sum(dim=-1, keepdim=True)
     return (P.pow(2) / rho * spread).sum(dim=-1)
 
 
-sampling_variance.unchecked = _sampling_variance
-
-
-def effective_sample_size(P: torch.Tensor, proposal: torch.Tensor, m: int = 1) -> torch.Tensor:
+def effective_sample_size(
+    P: torch.Tensor, proposal: torch.Tensor, m: int = 1, *, check: bool = True
+) -> torch.Tensor:
     """``ESS_i = m / sum_j P_ij^2 / rho_ij = m / (1 + chi^2(P_i || rho_i))``.
 
     The number of draws from ``P_i`` itself that ``m`` draws from ``rho_i`` are worth: ``m``
@@ -260,6 +242,8 @@ def effective_sample_size(P: torch.Tensor, proposal: torch.Tensor, m: int = 1) -
         P: ``(..., N_Q, N_KV)`` attention weights.
         proposal: ``(..., N_Q, N_KV)`` sampling distribution (rows normalised).
         m: draws.
+        check: validate the arguments first (the default); attnlib's own calls on tensors
+            it made pass False.
 
     Returns:
         ``(..., N_Q)``.
@@ -271,19 +255,15 @@ def effective_sample_size(P: torch.Tensor, proposal: torch.Tensor, m: int = 1) -
 
     Lesson: 10_randomised_attention.
     """
-    _check_weights(P, None, proposal, m)
-    return _effective_sample_size(P, proposal, m)
-
-
-def _effective_sample_size(P: torch.Tensor, proposal: torch.Tensor, m: int) -> torch.Tensor:
+    if check:
+        _check_weights(P, None, proposal, m)
     rho = proposal / proposal.sum(dim=-1, keepdim=True)
     return m / (P.pow(2) / rho).sum(dim=-1)
 
 
-effective_sample_size.unchecked = _effective_sample_size
-
-
-def norm_proposal(Q: torch.Tensor, K: torch.Tensor, *, scale: float | None = None) -> torch.Tensor:
+def norm_proposal(
+    Q: torch.Tensor, K: torch.Tensor, *, scale: float | None = None, check: bool = True
+) -> torch.Tensor:
     """``rho_ij ∝ exp(scale |q_i| |k_j|)``: the largest kernel value key ``j`` could reach.
 
     By Cauchy-Schwarz ``A_ij <= exp(scale |q_i| |k_j|)``, so this proposal knows the key
@@ -294,6 +274,8 @@ def norm_proposal(Q: torch.Tensor, K: torch.Tensor, *, scale: float | None = Non
         Q: ``(..., N_Q, d_QK)`` queries.
         K: ``(..., N_KV, d_QK)`` keys.
         scale: default ``1/sqrt(d_QK)``.
+        check: validate the arguments first (the default); attnlib's own calls on tensors
+            it made pass False.
 
     Returns:
         ``(..., N_Q, N_KV)``, rows summing to 1.
@@ -304,21 +286,21 @@ def norm_proposal(Q: torch.Tensor, K: torch.Tensor, *, scale: float | None = Non
 
     Lesson: 10_randomised_attention.
     """
-    _check_logits(Q, K, None, None, scale)
-    return _norm_proposal(Q, K, _scale(Q, scale))
-
-
-def _norm_proposal(Q: torch.Tensor, K: torch.Tensor, scale: float) -> torch.Tensor:
+    if check:
+        _check_logits(Q, K, None, None, scale)
+    scale = _scale(Q, scale)
     # (..., N_Q, N_KV): the largest logit key j could reach with query i
     envelope = scale * Q.norm(dim=-1, keepdim=True) * K.norm(dim=-1).unsqueeze(-2)
     return torch.softmax(envelope, dim=-1)
 
 
-norm_proposal.unchecked = _norm_proposal
-
-
 def sketch_proposal(
-    Q: torch.Tensor, K: torch.Tensor, Omega: torch.Tensor, *, scale: float | None = None
+    Q: torch.Tensor,
+    K: torch.Tensor,
+    Omega: torch.Tensor,
+    *,
+    scale: float | None = None,
+    check: bool = True,
 ) -> torch.Tensor:
     """``rho_i = softmax(sketched_logits(Q, K, Omega))_i``: an indexer's guess at ``P``.
 
@@ -327,6 +309,8 @@ def sketch_proposal(
         K: ``(..., N_KV, d_QK)`` keys.
         Omega: ``(d_QK, r)`` sketch from :func:`gaussian_sketch`.
         scale: default ``1/sqrt(d_QK)``.
+        check: validate the arguments first (the default); attnlib's own calls on tensors
+            it made pass False.
 
     Returns:
         ``(..., N_Q, N_KV)``, rows summing to 1.
@@ -342,15 +326,9 @@ def sketch_proposal(
 
     Lesson: 10_randomised_attention.
     """
-    _check_logits(Q, K, None, Omega, scale)
-    return _sketch_proposal(Q, K, Omega, _scale(Q, scale))
-
-
-def _sketch_proposal(Q: torch.Tensor, K: torch.Tensor, Omega: torch.Tensor, scale: float):
-    return torch.softmax(_sketched_logits(Q, K, Omega, scale), dim=-1)
-
-
-sketch_proposal.unchecked = _sketch_proposal
+    if check:
+        _check_logits(Q, K, None, Omega, scale)
+    return torch.softmax(sketched_logits(Q, K, Omega, scale=scale, check=False), dim=-1)
 
 
 # ---------------------------------------------------------------------------------------
@@ -358,7 +336,7 @@ sketch_proposal.unchecked = _sketch_proposal
 # ---------------------------------------------------------------------------------------
 
 
-def product_probabilities(A: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
+def product_probabilities(A: torch.Tensor, V: torch.Tensor, *, check: bool = True) -> torch.Tensor:
     """``p_j = |A[:, j]| |V[j, :]| / sum_l |A[:, l]| |V[l, :]|``: the optimal column sampling.
 
     Among all distributions, these probabilities minimise the expected squared error of
@@ -368,6 +346,8 @@ def product_probabilities(A: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
     Args:
         A: ``(..., N_Q, N_KV)``.
         V: ``(..., N_KV, d_V)``.
+        check: validate the arguments first (the default); attnlib's own calls on tensors
+            it made pass False.
 
     Returns:
         ``(..., N_KV)``, summing to 1.
@@ -378,16 +358,10 @@ def product_probabilities(A: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
 
     Lesson: 10_randomised_attention.
     """
-    _check_product(A, V)
-    return _product_probabilities(A, V)
-
-
-def _product_probabilities(A: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
+    if check:
+        _check_product(A, V)
     c = A.norm(dim=-2) * V.norm(dim=-1)  # (..., N_KV)
     return c / c.sum(dim=-1, keepdim=True)
-
-
-product_probabilities.unchecked = _product_probabilities
 
 
 def sampled_product(
@@ -397,6 +371,7 @@ def sampled_product(
     *,
     probs: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
+    check: bool = True,
 ) -> torch.Tensor:
     """``A V ~ (1/m) sum_s A[:, j_s] V[j_s, :] / p_{j_s}`` with ``j_s ~ p``: ``m`` columns of ``A``.
 
@@ -411,6 +386,8 @@ def sampled_product(
         probs: ``(..., N_KV)`` sampling probabilities, positive wherever a column of ``A``
             and a row of ``V`` are both non-zero; default :func:`product_probabilities`.
         generator: the random generator.
+        check: validate the arguments first (the default); attnlib's own calls on tensors
+            it made pass False.
 
     Returns:
         ``(..., N_Q, d_V)``.
@@ -426,33 +403,27 @@ def sampled_product(
 
     Lesson: 10_randomised_attention.
     """
-    _check_product(A, V, m, probs)
-    return _sampled_product(A, V, m, probs, generator)
-
-
-def _sampled_product(
-    A: torch.Tensor,
-    V: torch.Tensor,
-    m: int,
-    probs: torch.Tensor | None,
-    generator: torch.Generator | None,
-) -> torch.Tensor:
+    if check:
+        _check_product(A, V, m, probs)
     batch = broadcast_shape(A.shape[:-2], V.shape[:-2])
     A, V = A.expand(*batch, *A.shape[-2:]), V.expand(*batch, *V.shape[-2:])
-    p = _product_probabilities(A, V) if probs is None else probs / probs.sum(-1, keepdim=True)
+    p = (product_probabilities(A, V, check=False) if probs is None
+         else probs / probs.sum(-1, keepdim=True))
     p = p.expand(*batch, A.shape[-1])
-    j = _sample_keys(p, m, generator)  # (..., m)
+    j = sample_keys(p, m, generator=generator, check=False)  # (..., m)
     A_s = torch.gather(A, -1, j.unsqueeze(-2).expand(*j.shape[:-1], A.shape[-2], m))
     V_s = torch.gather(V, -2, j.unsqueeze(-1).expand(*j.shape, V.shape[-1]))  # (..., m, d_V)
     weights = 1.0 / (m * torch.gather(p, -1, j))  # (..., m): 1 / (m p_j)
     return (A_s * weights.unsqueeze(-2)) @ V_s  # (..., N_Q, d_V)
 
 
-sampled_product.unchecked = _sampled_product
-
-
 def sampled_product_mse(
-    A: torch.Tensor, V: torch.Tensor, m: int, *, probs: torch.Tensor | None = None
+    A: torch.Tensor,
+    V: torch.Tensor,
+    m: int,
+    *,
+    probs: torch.Tensor | None = None,
+    check: bool = True,
 ) -> torch.Tensor:
     """``E|A V - estimate|_F^2 = (sum_j |A_:j|^2 |V_j|^2 / p_j - |A V|_F^2) / m``, exactly.
 
@@ -464,6 +435,8 @@ def sampled_product_mse(
         V: ``(..., N_KV, d_V)``.
         m: columns sampled.
         probs: ``(..., N_KV)`` sampling probabilities.
+        check: validate the arguments first (the default); attnlib's own calls on tensors
+            it made pass False.
 
     Returns:
         ``(...)``, a scalar tensor for matrices.
@@ -475,19 +448,12 @@ def sampled_product_mse(
 
     Lesson: 10_randomised_attention.
     """
-    _check_product(A, V, m, probs)
-    return _sampled_product_mse(A, V, m, probs)
-
-
-def _sampled_product_mse(
-    A: torch.Tensor, V: torch.Tensor, m: int, probs: torch.Tensor | None
-) -> torch.Tensor:
-    p = _product_probabilities(A, V) if probs is None else probs / probs.sum(-1, keepdim=True)
+    if check:
+        _check_product(A, V, m, probs)
+    p = (product_probabilities(A, V, check=False) if probs is None
+         else probs / probs.sum(-1, keepdim=True))
     c2 = A.norm(dim=-2).pow(2) * V.norm(dim=-1).pow(2)  # (..., N_KV)
     return ((c2 / p).sum(dim=-1) - (A @ V).pow(2).sum(dim=(-2, -1))) / m
-
-
-sampled_product_mse.unchecked = _sampled_product_mse
 
 
 def _scale(Q: torch.Tensor, scale: float | None) -> float:
@@ -537,7 +503,12 @@ def gaussian_sketch(
 
 
 def sketched_logits(
-    Q: torch.Tensor, K: torch.Tensor, Omega: torch.Tensor, *, scale: float | None = None
+    Q: torch.Tensor,
+    K: torch.Tensor,
+    Omega: torch.Tensor,
+    *,
+    scale: float | None = None,
+    check: bool = True,
 ) -> torch.Tensor:
     """``S_hat = scale (Q Omega)(K Omega)^T``: the logits from ``r``-dimensional sketches.
 
@@ -546,6 +517,8 @@ def sketched_logits(
         K: ``(..., N_KV, d_QK)`` keys.
         Omega: ``(d_QK, r)`` sketch.
         scale: default ``1/sqrt(d_QK)`` (the scale of the unsketched logits).
+        check: validate the arguments first (the default); attnlib's own calls on tensors
+            it made pass False.
 
     Returns:
         ``(..., N_Q, N_KV)``.
@@ -557,15 +530,9 @@ def sketched_logits(
 
     Lesson: 10_randomised_attention.
     """
-    _check_logits(Q, K, None, Omega, scale)
-    return _sketched_logits(Q, K, Omega, _scale(Q, scale))
-
-
-def _sketched_logits(Q: torch.Tensor, K: torch.Tensor, Omega: torch.Tensor, scale: float):
-    return scale * (Q @ Omega) @ (K @ Omega).mT  # (..., N_Q, N_KV)
-
-
-sketched_logits.unchecked = _sketched_logits
+    if check:
+        _check_logits(Q, K, None, Omega, scale)
+    return _scale(Q, scale) * (Q @ Omega) @ (K @ Omega).mT  # (..., N_Q, N_KV)
 
 
 def sketch_attention(
@@ -602,7 +569,7 @@ def sketch_attention(
     Lesson: 10_randomised_attention.
     """
     _check_logits(Q, K, V, Omega, scale)
-    return _sketch_proposal(Q, K, Omega, _scale(Q, scale)) @ V
+    return sketch_proposal(Q, K, Omega, scale=scale, check=False) @ V
 
 
 # ---------------------------------------------------------------------------------------
@@ -618,6 +585,7 @@ def linformer_attention(
     F: torch.Tensor | None = None,
     *,
     scale: float | None = None,
+    check: bool = True,
 ) -> torch.Tensor:
     """``Y_hat = softmax(scale Q (E K)^T) (F V)``: keys and values projected to ``r`` rows.
 
@@ -631,6 +599,8 @@ def linformer_attention(
         E: ``(r, N_KV)`` projection of the keys along the sequence.
         F: ``(r, N_KV)`` projection of the values (default ``E``).
         scale: default ``1/sqrt(d_QK)``.
+        check: validate the arguments first (the default); attnlib's own calls on tensors
+            it made pass False.
 
     Returns:
         ``(..., N_Q, d_V)``.
@@ -645,15 +615,10 @@ def linformer_attention(
 
     Lesson: 10_randomised_attention.
     """
-    _check_linformer(Q, K, V, E, F, scale)
-    return _linformer_attention(Q, K, V, E, E if F is None else F, _scale(Q, scale))
-
-
-def _linformer_attention(Q, K, V, E, F, scale: float) -> torch.Tensor:
-    return torch.softmax(scale * Q @ (E @ K).mT, dim=-1) @ (F @ V)  # (..., N_Q, d_V)
-
-
-linformer_attention.unchecked = _linformer_attention
+    if check:
+        _check_linformer(Q, K, V, E, F, scale)
+    F = E if F is None else F
+    return torch.softmax(_scale(Q, scale) * Q @ (E @ K).mT, dim=-1) @ (F @ V)  # (..., N_Q, d_V)
 
 
 LANDMARKS: tuple[str, ...] = ("means", "sampled")
@@ -670,6 +635,7 @@ def nystrom_attention(
     generator: torch.Generator | None = None,
     iterations: int = 6,
     scale: float | None = None,
+    check: bool = True,
 ) -> torch.Tensor:
     """Nystrom attention from ``r`` landmark queries ``Q~`` and keys ``K~``::
 
@@ -693,6 +659,8 @@ def nystrom_attention(
         generator: the random generator (``"sampled"``).
         iterations: steps of the iterative pseudo-inverse (Nystromformer uses 6).
         scale: default ``1/sqrt(d_QK)``.
+        check: validate the arguments first (the default); attnlib's own calls on tensors
+            it made pass False.
 
     Returns:
         ``(..., N_Q, d_V)``.
@@ -707,20 +675,9 @@ def nystrom_attention(
 
     Lesson: 10_randomised_attention.
     """
-    _check_nystrom(Q, K, V, r, landmarks, iterations, scale)
-    return _nystrom_attention(Q, K, V, r, landmarks, generator, iterations, _scale(Q, scale))
-
-
-def _nystrom_attention(
-    Q: torch.Tensor,
-    K: torch.Tensor,
-    V: torch.Tensor,
-    r: int,
-    landmarks: str,
-    generator: torch.Generator | None,
-    iterations: int,
-    s: float,
-) -> torch.Tensor:
+    if check:
+        _check_nystrom(Q, K, V, r, landmarks, iterations, scale)
+    s = _scale(Q, scale)
     if landmarks == "means":
         Q_l, K_l = _segment_means(Q, r), _segment_means(K, r)  # (..., r, d_QK)
     else:
@@ -730,9 +687,6 @@ def _nystrom_attention(
     W = torch.softmax(s * Q_l @ K_l.mT, dim=-1)  # (..., r, r)
     B = torch.softmax(s * Q_l @ K.mT, dim=-1)  # (..., r, N_KV)
     return F_ @ (_iterative_pinv(W, iterations) @ (B @ V))  # (..., N_Q, d_V), never N_Q x N_KV
-
-
-nystrom_attention.unchecked = _nystrom_attention
 
 
 def _iterative_pinv(W: torch.Tensor, iterations: int) -> torch.Tensor:
@@ -763,6 +717,7 @@ def randomised_svd(
     oversample: int = 8,
     power_iterations: int = 1,
     generator: torch.Generator | None = None,
+    check: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The rank-``k`` SVD ``W ~ U_k S_k Vh_k`` by the randomised range finder (Halko et al.).
 
@@ -781,6 +736,8 @@ def randomised_svd(
         oversample: ``p``, extra test vectors (``k + p <= min(m, n)``).
         power_iterations: ``t``, applications of ``W W^T``.
         generator: the random generator (``Omega`` is drawn in float64 on the CPU).
+        check: validate the arguments first (the default); attnlib's own calls on tensors
+            it made pass False.
 
     Returns:
         ``U (m, k)``, ``S (k,)``, ``Vh (k, n)``, in ``W``'s dtype and device.
@@ -793,22 +750,15 @@ def randomised_svd(
 
     Lesson: 10_randomised_attention.
     """
-    _check_svd(W, rank, oversample, power_iterations)
-    return _randomised_svd(W, rank, oversample, power_iterations, generator)
-
-
-def _randomised_svd(
-    W: torch.Tensor, k: int, p: int, t: int, generator: torch.Generator | None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    if check:
+        _check_svd(W, rank, oversample, power_iterations)
+    k, p, t = rank, oversample, power_iterations
     Omega = torch.randn(W.shape[1], k + p, generator=generator, dtype=F64).to(W.device, W.dtype)
     Qm = torch.linalg.qr(W @ Omega).Q  # (m, l): an orthonormal basis of the sample Y = W Omega
     for _ in range(t):  # subspace iteration: Y = (W W^T)^t W Omega, re-orthonormalised
         Qm = torch.linalg.qr(W @ torch.linalg.qr(W.mT @ Qm).Q).Q
     U_B, S, Vh = torch.linalg.svd(Qm.mT @ W, full_matrices=False)  # B = Q^T W, (l, n)
     return Qm @ U_B[:, :k], S[:k], Vh[:k]  # (m, k), (k,), (k, n)
-
-
-randomised_svd.unchecked = _randomised_svd
 
 
 def randomised_svd_multiply_adds(
@@ -880,9 +830,10 @@ def randomised_mla_from_mha(
     _check_conversion(attn, d_latent, oversample, power_iterations)
 
     def svd(W_KV: torch.Tensor, r: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return _randomised_svd(W_KV, r, oversample, power_iterations, generator)
+        return randomised_svd(W_KV, r, oversample=oversample, power_iterations=power_iterations,
+                              generator=generator, check=False)
 
-    return mla_from_mha.unchecked(attn, d_latent, svd)
+    return mla_from_mha(attn, d_latent, svd=svd, check=False)
 
 
 # ---------------------------------------------------------------------------------------
@@ -907,7 +858,15 @@ ESTIMATORS: tuple[str, ...] = (
 
 
 def multiply_adds(
-    estimator: str, n_q: int, n_kv: int, d_qk: int, d_v: int, size: int, *, d_sketch: int = 0
+    estimator: str,
+    n_q: int,
+    n_kv: int,
+    d_qk: int,
+    d_v: int,
+    size: int,
+    *,
+    d_sketch: int = 0,
+    check: bool = True,
 ) -> int:
     """Multiply-adds of one call of ``estimator`` for ``N_Q`` queries and ``N_KV`` keys.
 
@@ -941,6 +900,8 @@ def multiply_adds(
         d_v: ``d_V``.
         size: ``m``, ``k`` or ``r`` (ignored by ``"exact"``).
         d_sketch: sketch width of ``"importance, sketch"`` and ``"top-k, sketch"``.
+        check: validate the arguments first (the default); attnlib's own calls on tensors
+            it made pass False.
 
     Returns:
         int.
@@ -951,13 +912,9 @@ def multiply_adds(
 
     Lesson: 10_randomised_attention.
     """
-    _check_cost(estimator, n_q, n_kv, d_qk, d_v, size, d_sketch)
-    return _multiply_adds(estimator, n_q, n_kv, d_qk, d_v, size, d_sketch)
+    if check:
+        _check_cost(estimator, n_q, n_kv, d_qk, d_v, size, d_sketch)
 
-
-def _multiply_adds(
-    estimator: str, n_q: int, n_kv: int, d_qk: int, d_v: int, size: int, d_sketch: int
-) -> int:
     def indexer(r: int) -> int:  # sketch Q and K to width r, then every sketched logit
         return (n_q + n_kv) * d_qk * r + n_q * n_kv * r
 
@@ -982,9 +939,6 @@ def _multiply_adds(
                             + n * size),  # the normaliser phi(Q) (phi(K)^T 1)
     }
     return costs[estimator]
-
-
-multiply_adds.unchecked = _multiply_adds
 
 
 # ---------------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -57,14 +58,12 @@ from attnlib.device import work_dtype
 
 __all__ = [
     "Llama3Scaling",
+    "RopeTables",
     "YarnScaling",
     "apply_rope",
-    "rope_angles",
-    "rope_cos_sin",
     "rope_frequencies",
     "rope_matrix",
     "rope_permutation",
-    "rope_positions",
     "rope_rotate",
     "rope_tables",
 ]
@@ -223,6 +222,22 @@ class YarnScaling:
 RopeScaling = Llama3Scaling | YarnScaling
 
 
+class RopeTables(NamedTuple):
+    """The rotation of ``N`` tokens: their positions and the full-width ``cos`` and ``sin``.
+
+    ``cos`` and ``sin`` are ``(..., N, d)``, laid out over all ``d`` coordinates so that
+    :func:`rope_rotate` is one product plus another: for half-split pairs
+    ``cos = (c | c)`` and ``sin = (-s | s)``; interleaved, each pair's entries are
+    repeated, ``sin`` as ``(-s, s)``. A decoder computes them once per forward pass and
+    every layer rotates with them; ``positions`` stay beside them for a layer whose rotation
+    is a function of the positions (``AttentionLayer.use(rope=...)``).
+    """
+
+    positions: torch.Tensor
+    cos: torch.Tensor
+    sin: torch.Tensor
+
+
 def apply_rope(
     X: torch.Tensor,
     positions: torch.Tensor,
@@ -230,6 +245,7 @@ def apply_rope(
     base: float = 10000.0,
     interleaved: bool = False,
     scaling: RopeScaling | None = None,
+    check: bool = True,
 ) -> torch.Tensor:
     """Rotate each row of ``X`` by its position: ``RoPE(x_m) = R_m x_m``.
 
@@ -243,6 +259,7 @@ def apply_rope(
         interleaved: pair ``(2i, 2i+1)`` when True, ``(i, i + d/2)`` when False.
         scaling: a :class:`Llama3Scaling` or :class:`YarnScaling` of the frequencies, or
             None.
+        check: validate the arguments first (the default); attnlib's own calls pass False.
 
     Returns:
         ``(..., N, d)``, same dtype as ``X`` (angles in float64, the rotation in float32
@@ -258,153 +275,103 @@ def apply_rope(
 
     Lesson: 08_rope.
     """
-    _check_rope_inputs(X, positions, base, interleaved, scaling)
-    return _apply_rope(X, positions, base=base, interleaved=interleaved, scaling=scaling)
+    if check:
+        _check_rope_inputs(X, positions, base, interleaved, scaling)
+    tables = rope_tables(positions, X.shape[-1], base=base, scaling=scaling,
+                         interleaved=interleaved, dtype=work_dtype(X.dtype), check=False)
+    return rope_rotate(X, tables, interleaved=interleaved)
 
 
-def _apply_rope(X, positions, *, base=10000.0, interleaved=False, scaling=None) -> torch.Tensor:
-    positions = torch.as_tensor(positions, device=X.device)
-    cos, sin = _rope_cos_sin(positions, X.shape[-1], base=base, scaling=scaling,
-                             dtype=work_dtype(X.dtype))
-    return rope_rotate(X, cos, sin, interleaved=interleaved)
+def rope_rotate(X: torch.Tensor, tables: RopeTables, *, interleaved: bool = False) -> torch.Tensor:
+    """Turn each pair ``(x, y)`` of ``X`` to ``(x cos - y sin, x sin + y cos)``: ``XC + swap(X)S``.
 
-
-apply_rope.unchecked = _apply_rope
-
-
-def rope_rotate(
-    X: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool = False
-) -> torch.Tensor:
-    """Turn each pair ``(x, y)`` of ``X`` to ``(x cos - y sin, x sin + y cos)``.
-
-    Compute ``cos`` and ``sin`` once (:func:`rope_cos_sin`) and rotate the queries and
-    the keys of a forward pass with them; given in the full-width layout of
-    :func:`rope_tables`, they rotate in fewer operations, the same numbers. A building block
-    for callers that checked their inputs (the attention modules): it checks nothing;
-    :func:`apply_rope` is the checked way in.
+    ``swap`` exchanges the two entries of every pair (the two halves for half-split pairs),
+    and ``C``, ``S`` are the full-width tables of :func:`rope_tables`, whose ``S`` carries
+    the sign: each coordinate is one product plus another, the numbers of the per-pair
+    formula exactly. A building block for callers that checked their inputs (the attention
+    layers rotate their queries and keys with one set of tables); :func:`apply_rope` is the
+    checked way in.
 
     Args:
         X: ``(..., N, d)``.
-        cos: ``(..., N, d/2)``, broadcastable against the pairs of ``X`` (or ``(..., N, d)``
-            from :func:`rope_tables`).
-        sin: same shape as ``cos``.
-        interleaved: pair ``(2i, 2i+1)`` when True, ``(i, i + d/2)`` when False.
+        tables: the :class:`RopeTables` of the rows' positions, ``cos`` and ``sin``
+            ``(..., N, d)`` broadcastable against ``X``.
+        interleaved: pair ``(2i, 2i+1)`` when True, ``(i, i + d/2)`` when False; the
+            pairing the tables were made for.
 
     Returns:
-        ``(..., N, d)`` in the dtype of ``X`` (computed in the dtype of ``cos``).
+        ``(..., N, d)`` in the dtype of ``X`` (computed in the dtype of the tables).
+
+    Equivalent to Hugging Face's ``q * cos + rotate_half(q) * sin``, the sign of
+    ``rotate_half`` moved into ``S``.
 
     Lesson: 08_rope.
     """
-    d = X.shape[-1]
-    Xw = X if X.dtype == cos.dtype else X.to(cos.dtype)
-    if cos.shape[-1] == d:  # full width: X cos + swap(X) sin, with each pair's y, x swapped
-        swapped = Xw.unflatten(-1, (-1, 2)).flip(-1).flatten(-2) if interleaved else Xw.roll(
-            d // 2, dims=-1)
-        out = Xw * cos + swapped * sin
-    else:
-        x, y = (Xw[..., 0::2], Xw[..., 1::2]) if interleaved else (Xw[..., : d // 2],
-                                                                  Xw[..., d // 2 :])
-        rx, ry = x * cos - y * sin, x * sin + y * cos  # (..., N, d/2) each: the rotated pairs
-        out = torch.stack((rx, ry), dim=-1).flatten(-2) if interleaved else torch.cat((rx, ry), -1)
+    C, S = tables.cos, tables.sin
+    Xw = X if X.dtype == C.dtype else X.to(C.dtype)
+    if interleaved:  # (x, y) -> (y, x) within each pair
+        swapped = Xw.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)
+    else:  # (x | y) -> (y | x): the halves exchanged
+        swapped = Xw.roll(X.shape[-1] // 2, dims=-1)
+    out = Xw * C + swapped * S  # (..., N, d)
     return out if out.dtype == X.dtype else out.to(X.dtype)
 
 
 def rope_tables(
-    cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool = False
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``cos`` and ``sin`` laid out over all ``d`` coordinates, for :func:`rope_rotate`.
-
-    With ``C`` and ``S`` the results, ``rope_rotate(X, C, S)`` is ``X C + swap(X) S``: for
-    half-split pairs ``C = (cos | cos)``, ``S = (-sin | sin)`` and ``swap`` exchanges the two
-    halves; interleaved, each pair's entries are repeated and swapped in place. Both give
-    the numbers of the per-pair form exactly (each coordinate is one product plus another).
-
-    Args:
-        cos: ``(..., N, d/2)`` from :func:`rope_cos_sin`.
-        sin: same shape.
-        interleaved: the pairing the tables are for.
-
-    Returns:
-        ``(C, S)``, each ``(..., N, d)``.
-
-    Equivalent to Hugging Face's ``cos`` and ``sin`` for ``rotate_half`` (half-split), with
-    the sign of ``rotate_half`` moved into ``S``.
-
-    Lesson: 08_rope.
-    """
-    if interleaved:
-        return cos.repeat_interleave(2, dim=-1), torch.stack((-sin, sin), dim=-1).flatten(-2)
-    return torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1)
-
-
-def rope_cos_sin(
     positions: torch.Tensor,
     d: int,
     *,
     base: float = 10000.0,
     scaling: RopeScaling | None = None,
+    interleaved: bool = False,
     dtype: torch.dtype = torch.float32,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``m cos`` and ``m sin`` of every pair's angle ``pos * theta_i``, ``(..., N, d/2)`` each.
+    check: bool = True,
+) -> RopeTables:
+    """The rotation tables of ``positions``: ``m cos`` and ``m sin`` of every pair's angle.
 
-    ``m`` is the scaling's ``attention_factor`` (1 without a scaling): rotating a query and
-    a key with these multiplies their dot product by ``m^2``, YaRN's temperature.
+    The angle of pair ``i`` at position ``p`` is ``p * theta_i`` (computed in float64, see
+    :func:`rope_frequencies`); ``m`` is the scaling's ``attention_factor`` (1 without a
+    scaling): rotating a query and a key with these multiplies their dot product by
+    ``m^2``, YaRN's temperature. The one table builder of attnlib: :func:`apply_rope`, the
+    attention layers and the decoders all call it.
 
     Args:
         positions: ``(..., N)`` positions.
         d: rotated width (even).
         base: RoPE base.
         scaling: a :class:`Llama3Scaling` or :class:`YarnScaling`, or None.
-        dtype: dtype of the results (the angles themselves are float64).
+        interleaved: the pairing the tables are laid out for.
+        dtype: dtype of ``cos`` and ``sin`` (the angles themselves are float64).
+        check: validate the arguments first (the default).
 
     Returns:
-        ``(cos, sin)``, each ``(..., N, d/2)`` in ``dtype``.
+        :class:`RopeTables` ``(positions, cos, sin)``, ``cos`` and ``sin`` ``(..., N, d)``.
 
     Equivalent to Hugging Face's rotary embeddings (``LlamaRotaryEmbedding``,
-    ``DeepseekV3RotaryEmbedding``), whose ``cos`` and ``sin`` repeat these for both halves
-    of the pairs.
+    ``DeepseekV3RotaryEmbedding``) for half-split pairs, with ``sin``'s first half negated.
+
+    Example:
+        >>> tables = rope_tables(torch.tensor([0, 1]), 2, base=10000.0)  # one pair, theta_0 = 1
+        >>> tables.cos[1], tables.sin[1]  # position 1: cos 1 twice, then (-sin 1, sin 1)
+        (tensor([0.5403, 0.5403]), tensor([-0.8415,  0.8415]))
 
     Lesson: 08_rope.
     """
-    _check_angle_inputs(positions, d, base, scaling)
-    return _rope_cos_sin(positions, d, base=base, scaling=scaling, dtype=dtype)
-
-
-def _rope_cos_sin(positions, d, *, base=10000.0, scaling=None, dtype=torch.float32):
-    angles = _rope_angles(positions, d, base=base, scaling=scaling)  # (..., N, d/2), float64
+    if check:
+        _check_angle_inputs(positions, d, base, scaling)
+    positions = torch.as_tensor(positions)
+    theta = rope_frequencies(d, base=base, scaling=scaling, device=positions.device,
+                             check=False)  # (d/2,)
+    angles = positions.to(theta.dtype)[..., None] * theta  # (..., N, d/2), float64
     m = 1.0 if scaling is None else scaling.attention_factor
     cos, sin = angles.cos(), angles.sin()
     if m != 1.0:
         cos, sin = cos * m, sin * m
-    return cos.to(dtype), sin.to(dtype)
-
-
-rope_cos_sin.unchecked = _rope_cos_sin
-
-
-def rope_angles(
-    positions: torch.Tensor, d: int, *, base: float = 10000.0, scaling: RopeScaling | None = None
-) -> torch.Tensor:
-    """Angles ``positions[..., None] * theta`` of every pair (float64).
-
-    Args:
-        positions: ``(...)`` integer or float positions.
-        d: rotated width (even).
-        base: RoPE base.
-        scaling: a :class:`Llama3Scaling` or :class:`YarnScaling` of ``theta``, or None.
-
-    Returns:
-        ``(..., d/2)`` float64 (float32 on MPS, which has no float64).
-
-    Lesson: 08_rope.
-    """
-    _check_angle_inputs(positions, d, base, scaling)
-    return _rope_angles(positions, d, base=base, scaling=scaling)
-
-
-def _rope_angles(positions, d, *, base=10000.0, scaling=None) -> torch.Tensor:
-    theta = _rope_frequencies(d, base, scaling, positions.device)  # (d/2,)
-    return positions.to(theta.dtype)[..., None] * theta
+    cos, sin = cos.to(dtype), sin.to(dtype)
+    if interleaved:
+        return RopeTables(positions, cos.repeat_interleave(2, dim=-1),
+                          torch.stack((-sin, sin), dim=-1).flatten(-2))
+    return RopeTables(positions, torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1))
 
 
 def rope_frequencies(
@@ -413,6 +380,7 @@ def rope_frequencies(
     base: float = 10000.0,
     scaling: RopeScaling | None = None,
     device: torch.device | str | None = None,
+    check: bool = True,
 ) -> torch.Tensor:
     """The ``d/2`` angular frequencies ``theta_i = base^(-2i/d)``, ``i = 0 .. d/2 - 1`` (float64).
 
@@ -422,6 +390,7 @@ def rope_frequencies(
         scaling: a :class:`Llama3Scaling` or :class:`YarnScaling` that rescales them, or
             None.
         device: where to build them.
+        check: validate the arguments first (the default); attnlib's own calls pass False.
 
     Returns:
         ``(d/2,)`` float64 (float32 on MPS), from 1 down to ``base^(-(d-2)/d)`` without a
@@ -433,56 +402,14 @@ def rope_frequencies(
 
     Lesson: 08_rope.
     """
-    _check_width(d)
-    check_positive_float("base", base)
-    _check_scaling(scaling)
+    if check:
+        _check_frequencies(d, base, scaling)
     device = torch.device("cpu") if device is None else torch.device(device)
-    return _rope_frequencies(d, float(base), scaling, device)
-
-
-def _rope_frequencies(
-    d: int, base: float, scaling: RopeScaling | None, device: torch.device
-) -> torch.Tensor:
     # Angles in float64 keep m * theta accurate at large positions; MPS has no float64.
     dtype = torch.float32 if device.type == "mps" else torch.float64
     i = torch.arange(d // 2, dtype=dtype, device=device)
     theta = float(base) ** (-2.0 * i / d)
     return theta if scaling is None else scaling.frequencies(theta, d, float(base))
-
-
-def rope_positions(
-    positions: torch.Tensor | None,
-    n: int,
-    *,
-    start: int = 0,
-    device: torch.device | str | None = None,
-) -> torch.Tensor:
-    """Positions for per-head tensors ``(..., H, N, d)``: ``(N,)``, or ``(B, 1, N)`` per sequence.
-
-    An attention module takes ``positions`` as ``(N,)`` or ``(B, N)``; the head axis is
-    inserted here so they broadcast against ``(B, H, N, d)``. ``None`` means the next
-    ``n`` positions after ``start`` tokens (a cache's ``n_tokens``). A building block for
-    the attention modules, which checked ``positions``: it checks nothing.
-
-    Args:
-        positions: ``(N,)``, ``(B, N)`` or None.
-        n: ``N``, the number of new tokens.
-        start: the first default position.
-        device: where the default positions are built.
-
-    Returns:
-        ``(N,)`` or ``(B, 1, N)``.
-
-    Example:
-        >>> rope_positions(None, 3, start=5)
-        tensor([5, 6, 7])
-
-    Lesson: 08_rope.
-    """
-    if positions is None:
-        return torch.arange(start, start + n, device=device)
-    positions = torch.as_tensor(positions, device=device)
-    return positions if positions.dim() == 1 else positions[:, None, :]
 
 
 def rope_matrix(
@@ -549,6 +476,12 @@ def rope_permutation(d: int) -> torch.Tensor:
 def _check_width(d: object) -> None:
     check_positive_int("d", d)
     check_even("d", d, "RoPE rotates coordinates in pairs")
+
+
+def _check_frequencies(d: object, base: object, scaling: object) -> None:
+    _check_width(d)
+    check_positive_float("base", base)
+    _check_scaling(scaling)
 
 
 def _check_scaling(scaling: object, name: str = "scaling") -> None:

@@ -208,6 +208,7 @@ def evaluate(
     *,
     dtype: torch.dtype | None = torch.float64,
     batch_size: int = 64,
+    check: bool = True,
 ) -> dict[str, float]:
     """Held-out loss and accuracy: ``{"loss": nats per token, "accuracy": ..., "tokens": n}``.
 
@@ -224,27 +225,14 @@ def evaluate(
         targets: ``(B, N)``, ``-100`` where nothing is predicted.
         dtype: the dtype to evaluate in; ``None`` keeps the model's.
         batch_size: rows per forward pass.
+        check: validate the arguments first (the default); attnlib's own calls on tensors
+            it made pass False.
 
     Returns:
         A dict with ``"loss"``, ``"accuracy"`` and ``"tokens"`` (the positions counted).
     """
-    check_positive_int("batch_size", batch_size)
-    check_token_batch(ids, targets)
-    if not (targets != IGNORE).any():
-        raise ValueError("targets must have at least one position that is not -100; got none")
-    return _evaluate(model, ids, targets, dtype=dtype, batch_size=batch_size)
-
-
-@torch.no_grad()
-def _evaluate(
-    model: nn.Module,
-    ids: torch.Tensor,
-    targets: torch.Tensor,
-    *,
-    dtype: torch.dtype | None = torch.float64,
-    batch_size: int = 64,
-) -> dict[str, float]:
-    """:func:`evaluate` without its input check (``evaluate.unchecked``)."""
+    if check:
+        _check_evaluate(ids, targets, batch_size)
     nll, hit = _token_scores(model, ids, targets, dtype=dtype, batch_size=batch_size)
     count = int((targets != IGNORE).sum())
     return {"loss": nll.sum().item() / count, "accuracy": int(hit.sum()) / count,
@@ -275,7 +263,12 @@ def _token_scores(
     return torch.cat(nll), torch.cat(hit)
 
 
-evaluate.unchecked = _evaluate
+def _check_evaluate(ids: object, targets: object, batch_size: object) -> None:
+    """The arguments of :func:`evaluate`: a token batch with at least one target."""
+    check_positive_int("batch_size", batch_size)
+    check_token_batch(ids, targets)
+    if not (targets != IGNORE).any():
+        raise ValueError("targets must have at least one position that is not -100; got none")
 
 
 @torch.no_grad()
@@ -476,7 +469,7 @@ CARD_DECIMALS = 5
 
 
 def _metrics(model: nn.Module, ids: torch.Tensor, targets: torch.Tensor) -> dict:
-    m = _evaluate(model, ids, targets)
+    m = evaluate(model, ids, targets, check=False)
     return {"loss": round(m["loss"], CARD_DECIMALS),
             "accuracy": round(m["accuracy"], CARD_DECIMALS), "tokens": m["tokens"]}
 

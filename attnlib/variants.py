@@ -3,22 +3,19 @@
 :class:`attnlib.layers.TransformerBlock` (and so :class:`attnlib.layers.TinyDecoder`)
 builds its attention sublayer from this registry: ``attention="gqa"`` looks up the builder
 registered under ``"gqa"`` and calls it with the block's width, head count and head width,
-the attention options the caller gave (``n_kv_heads``, ``d_latent``, ``d_latent_q``,
-``d_rope``, ``rope_base``; an option the builder has no parameter for is refused by name)
-and ``device``, ``dtype``. :mod:`attnlib.gqa` and :mod:`attnlib.mla` register their modules
-themselves.
+``rope_base``, ``device`` and ``dtype``, and the variant's own options as the caller gave
+them (``TinyDecoder(..., attention="sliding", window=32)`` hands ``window=32`` to the
+``"sliding"`` builder); an option the builder has no parameter for is refused by name. The
+shipped variants register themselves: ``"gqa"`` (:mod:`attnlib.gqa`), ``"gated"``
+(:mod:`attnlib.gates`), ``"mla"`` (:mod:`attnlib.mla`) and ``"sliding"``
+(:mod:`attnlib.sliding`).
 
-A variant is an ``nn.Module`` with
-
-- ``forward(X, *, causal, mask, positions, cache)`` for its users, which checks its
-  arguments (with ``_check``) and runs ``_forward``;
-- ``_check(X, *, causal, mask, positions, cache)`` and ``_forward(...)`` (the same
-  arguments): the block checks its own arguments with the first and runs the second;
-- ``new_cache(max_tokens=None)``: an empty cache of the kind its ``forward`` takes
-  (growing, or preallocated for ``max_tokens`` tokens), and ``_check_cache(cache, batch,
-  n)``, which a decoder asks whether ``cache`` takes ``n`` more tokens.
-
-Subclassing :class:`~attnlib.gqa.GroupedQueryAttention` gives all of them.
+A variant is an :class:`attnlib.attention_layer.AttentionLayer`: its ``forward`` runs the
+steps ``project``, ``rotate``, the cache's ``append``, ``attend`` and ``combine`` in order,
+and a variant overrides the steps it changes (gated attention its ``combine``, the sliding
+window its ``attend`` and ``new_cache``). Subclassing
+:class:`~attnlib.gqa.GroupedQueryAttention` gives every step of grouped-query attention and
+a builder, ``for_block``, that a subclass inherits.
 
 Example:
     A variant of one's own, registered in one's own module (here, GQA whose heads all

@@ -47,8 +47,8 @@ def run(device: torch.device, n: int, d_latent: int, repeats: int) -> dict:
     latent, kv = mla.new_cache(room), mha.new_cache(room)
     with torch.no_grad():
         L = X @ mla.W_L  # (1, N, d_L): the latents of the tokens held
-        latent.update(L)
-        kv.update(*(
+        latent.append(L)
+        kv.append(*(
             (L @ W).unflatten(-1, (HEADS, D_HEAD)).transpose(-3, -2) for W in (mla.W_LK, mla.W_LV)
         ))  # K_h = L W_LK^h, V_h = L W_LV^h: (1, H, N, d_head)
         caches = {"absorbed": _copy(latent), "absorbed_explicit": _copy(latent),
@@ -84,5 +84,5 @@ def _copy(cache):
     """A cache holding the same tokens as ``cache``, with as much room."""
     other = type(cache)(cache.max_tokens)
     held = (cache.L,) if hasattr(cache, "L") else (cache.K, cache.V)
-    other.update(*(t.clone() for t in held))
+    other.append(*(t.clone() for t in held))
     return other

@@ -69,7 +69,7 @@ def _layer_and_cache(G: int, n: int, room: int, device: torch.device):
     layer = GroupedQueryAttention(D_IN, HEADS, G, D_HEAD, rope_base=10000.0, device=device)
     cache = layer.new_cache(n + room)
     K, V = (torch.randn(1, G, n, D_HEAD, generator=gen).to(device) for _ in range(2))
-    cache.update(K, V)
+    cache.append(K, V)
     return layer, cache
 
 

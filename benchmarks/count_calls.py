@@ -12,11 +12,11 @@ Two paths, each run once to warm up and once under the profiler:
 For each it prints:
 
 * ``calls``: Python function calls whose code lives in the ``attnlib`` package;
-* ``wrappers``: calls of a function that only forwards to another (a decorator's inner
-  function defined in attnlib, such as a call-depth marker);
-* ``checks``: calls of an input check (a function named ``check_*`` or ``_check*``);
-* ``guards skipped``: checks that asked whether attnlib itself was the caller
-  (``nested_call()``) and, told yes, checked nothing (attnlib 0.2's call-depth rule).
+* ``checks``: calls of an input check (a function or method named ``check``, ``check_*``
+  or ``_check*``): the user's call is checked once, and ``generate``'s steps, which
+  attnlib makes with ``check=False``, add none;
+* ``checks per step``: for ``generate``, the checks of 8 new tokens minus those of 4,
+  divided by 4 (0 when no step checks anything).
 
 Calls made by torch itself (``nn.Module.__call__``, ``torch.no_grad``) are not counted.
 """
@@ -36,17 +36,12 @@ CONFIG = {"vocab_size": 256, "d_model": 128, "n_layers": 2, "n_heads": 4, "d_ff"
 
 
 def _is_check(code) -> bool:
-    return code.co_name.startswith(("check_", "_check"))
-
-
-def _is_wrapper(code) -> bool:
-    # the inner function of a decorator defined in attnlib: "<outer>.<locals>.<name>"
-    return "<locals>" in code.co_qualname and code.co_qualname.split(".")[-1] == "wrapper"
+    return code.co_name == "check" or code.co_name.startswith(("check_", "_check"))
 
 
 def count(fn) -> dict[str, int]:
     """Run ``fn()`` under ``sys.setprofile`` and count attnlib's calls by kind."""
-    totals = {"calls": 0, "wrappers": 0, "checks": 0, "guards skipped": 0}
+    totals = {"calls": 0, "checks": 0}
 
     def hook(frame, event, arg):
         code = frame.f_code
@@ -54,10 +49,7 @@ def count(fn) -> dict[str, int]:
             return
         if event == "call":
             totals["calls"] += 1
-            totals["wrappers"] += _is_wrapper(code)
             totals["checks"] += _is_check(code)
-        elif event == "return" and code.co_name == "nested_call" and arg is True:
-            totals["guards skipped"] += 1
 
     sys.setprofile(hook)
     try:
@@ -89,8 +81,9 @@ def generate_4() -> dict[str, int]:
     model = TinyDecoder(**CONFIG, seed=0).eval()
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, CONFIG["vocab_size"], (1, 8), generator=gen)
-    model.generate(prompt, 4)
-    return count(lambda: model.generate(prompt, 4))
+    model.generate(prompt, 8)
+    four, eight = count(lambda: model.generate(prompt, 4)), count(lambda: model.generate(prompt, 8))
+    return {**four, "checks per step": (eight["checks"] - four["checks"]) // 4}
 
 
 def main() -> None:

@@ -10,18 +10,17 @@ docstrings (of modules, classes, functions and attributes) do not count. A code 
 * a check function: any function in ``attnlib/_checks.py``, or one whose name starts
   with ``check_`` or ``_check``, from its ``def`` to its last line;
 * a check statement inside another function: a ``raise``; an ``if`` that only raises or
-  checks, or that asks ``nested_call()``; a statement whose value is a call of a check
-  function (``self.d = check_positive_int("d", d)``);
-* a decorator that marks a call depth (``@entry_point``).
+  checks, or the ``if check:`` line that runs a function's check on a user's call
+  (attnlib's own calls pass ``check=False``); a statement whose value is a call of a check
+  function (``self.d = check_positive_int("d", d)``).
 
 With ``--guards``, every public function (a name in its module's ``__all__``) and every
 public class's ``forward`` is listed with its *guard* (its check lines, plus the lines of
-the check functions it calls, directly or through them: those of its own module and the
-composite checks of ``_checks.py``, while a call of an elementary check such as
-``check_tensor`` counts as the line of the call) and its *mathematics* (the rest of its
-body, plus the bodies of the private helpers of its own module that it calls, directly or
-through them, such as its unchecked core ``_<name>``; a call into another module counts as
-the line of the call). Signatures are in neither.
+the check functions of its own module it calls, directly or through them, a method named
+``check`` included, while a call of a check in ``_checks.py`` such as ``check_tensor``
+counts as the line of the call) and its *mathematics* (the rest of its body, plus the
+bodies of the other functions of its own module that it calls, directly or through them; a
+call into another module counts as the line of the call). Signatures are in neither.
 """
 
 from __future__ import annotations
@@ -70,7 +69,7 @@ def _called_name(node: ast.AST) -> str | None:
 
 
 def _is_check_name(name: str | None) -> bool:
-    return bool(name) and name.startswith(("check_", "_check"))
+    return bool(name) and (name == "check" or name.startswith(("check_", "_check")))
 
 
 def _is_check_stmt(stmt: ast.stmt) -> bool:
@@ -82,7 +81,7 @@ def _is_check_stmt(stmt: ast.stmt) -> bool:
         if calls and _is_check_name(_called_name(value)):
             return True
     if isinstance(stmt, ast.If):
-        if any(_called_name(n) == "nested_call" for n in ast.walk(stmt.test)):
+        if isinstance(stmt.test, ast.Name) and stmt.test.id == "check":  # if check: ...
             return True
         body = stmt.body + stmt.orelse
         return all(_is_check_stmt(s) for s in body)
@@ -116,9 +115,6 @@ def analyse(path: Path) -> dict:
         if _is_check_name(short):
             checks |= _span(fn) & code
             continue
-        for deco in fn.decorator_list:
-            if isinstance(deco, ast.Name) and deco.id == "entry_point":
-                checks |= _span(deco) & code
         for node in ast.walk(fn):
             if isinstance(node, ast.stmt) and node is not fn and _is_check_stmt(node):
                 checks |= _span(node) & code
@@ -130,19 +126,14 @@ def _body_lines(fn: ast.FunctionDef, code: set[int]) -> set[int]:
     return set(range(first.lineno, fn.end_lineno + 1)) & code
 
 
-# The composite checks of attnlib 0.2's _checks.py: each checks a whole argument list.
-COMPOSITES = ("check_attention_inputs", "check_module_inputs")
-
-
 def _calls(fn: ast.AST) -> list[str]:
     return [c for c in (_called_name(n) for n in ast.walk(fn) if isinstance(n, ast.Call)) if c]
 
 
-def _guards(path: Path, info: dict, shared: dict) -> list[tuple[str, int, int]]:
+def _guards(path: Path, info: dict) -> list[tuple[str, int, int]]:
     """(name, guard lines, mathematics lines) of each public function and forward."""
     tree, code, checks = info["tree"], info["code"], info["checks"]
-    functions = {**{k: v for k, v in shared["functions"].items() if k in COMPOSITES},
-                 **info["functions"]}
+    functions = info["functions"]
     public: list[str] = []
     for node in tree.body:
         if (isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__"
@@ -172,12 +163,10 @@ def _guards(path: Path, info: dict, shared: dict) -> list[tuple[str, int, int]]:
             short = callee.split(".")[-1]
             seen.add(callee)
             sub = functions[callee]
-            if _is_check_name(short):  # a check of this module (or a 0.2 composite): all of it
-                lines = shared["code"] if callee in COMPOSITES and callee not in info[
-                    "functions"] else code
-                guard |= {(callee, n) for n in _body_lines(sub, lines)}
+            if _is_check_name(short):  # a check of this module: all of it
+                guard |= {(callee, n) for n in _body_lines(sub, code)}
                 todo += _calls(sub)
-            elif short.startswith("_") and not short.startswith("__"):  # a private helper
+            elif not short.startswith("__"):  # a function of this module it calls
                 sub_body = _body_lines(sub, code)
                 math_ |= {(callee, n) for n in sub_body - checks}
                 guard |= {(callee, n) for n in sub_body & checks}
@@ -195,12 +184,11 @@ def main() -> None:
     package = args.package.resolve()
     paths = sorted(p for p in package.rglob("*.py") if "viz" not in p.parts)
     rows, guards = [], []
-    shared = analyse(package / "_checks.py")
     for path in paths:
         info = analyse(path)
         rows.append((str(path.relative_to(package.parent)), len(info["code"]),
                      len(info["checks"])))
-        guards += _guards(path, info, shared)
+        guards += _guards(path, info)
     width = max(len(r[0]) for r in rows)
     print(f"{'module':<{width}}  code  checks  share")
     for name, code, checks in rows:

@@ -26,7 +26,8 @@ CONTRACT = {
     "gqa": ["GroupedQueryAttention", "MultiHeadAttention", "MultiQueryAttention",
             "grouped_query_attention"],
     "mla": ["MultiHeadLatentAttention", "mla_from_mha", "mla_naive", "mla_absorbed"],
-    "cache": ["KVCache", "LatentCache"],
+    "attention_layer": ["AttentionLayer"],
+    "cache": ["Cache", "KVCache", "LatentCache"],
     "norms": ["LayerNorm", "RMSNorm", "layer_norm", "rms_norm"],
     "layers": ["FeedForward", "TransformerBlock", "TinyDecoder", "feed_forward"],
     "memory": ["ModelSpec", "kv_cache_bytes", "mla_cache_bytes", "LLAMA3_70B", "GEMMA3_27B",
@@ -40,8 +41,8 @@ CALLABLES = [n for n in PUBLIC if callable(getattr(attnlib, n))]
 
 def test_all_is_exactly_the_contract():
     assert sorted(attnlib.__all__) == sorted(["__version__", *PUBLIC])
-    assert len(attnlib.__all__) == 39  # 38 names and __version__
-    assert attnlib.__version__ == "0.3.0"
+    assert len(attnlib.__all__) == 41  # 40 names and __version__
+    assert attnlib.__version__ == "0.4.0"
 
 
 @pytest.mark.parametrize("module,name", [(m, n) for m, names in CONTRACT.items() for n in names])
@@ -54,7 +55,8 @@ def test_every_name_is_its_submodule_object(module, name):
     "tokens.BPETokenizer", "tokens.CharTokenizer", "tokens.WordTokenizer", "tokens.CORPUS",
     "tokens.embed", "tokens.row_cosines", "memory.LLAMA3_8B", "memory.PRESETS",
     "memory.CACHE_KINDS", "rope.rope_matrix", "rope.rope_permutation", "rope.rope_frequencies",
-    "rope.rope_cos_sin", "rope.rope_rotate", "rope.rope_positions", "heads.kv_head_index",
+    "rope.rope_tables", "rope.rope_rotate", "rope.RopeTables",
+    "heads.kv_head_index", "sliding.SlidingWindowAttention", "sliding.WindowCache",
     "heads.head_mask", "layers.FFN_KINDS", "layers.NORM_PLACEMENTS", "layers.swiglu",
     "mla.mla_merged_weights",
 ])
@@ -100,7 +102,9 @@ SIGNATURES = {
     "LayerNorm": ["d", "eps"],
     "FeedForward": ["d", "d_ff", "kind"],
     "TransformerBlock": ["norm"],
-    "TinyDecoder": ["vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "attention"],
+    # a variant's own options (n_kv_heads, d_latent, window, ...) go to its builder as they are
+    "TinyDecoder": ["vocab_size", "d_model", "n_layers", "n_heads", "attention",
+                    "attention_options"],
     "kv_cache_bytes": ["n_layers", "n_kv_heads", "d_head", "n_tokens", "batch",
                        "bytes_per_elem"],
     "mla_cache_bytes": ["n_layers", "d_latent", "d_rope", "n_tokens", "batch", "bytes_per_elem"],

@@ -16,8 +16,8 @@ def test_kv_cache_appends_along_tokens(device):
     assert cache.n_tokens == 0 and cache.nbytes == 0
     K1, V1 = torch.randn(2, 3, 4, 8, device=device), torch.randn(2, 3, 4, 5, device=device)
     K2, V2 = torch.randn(2, 3, 1, 8, device=device), torch.randn(2, 3, 1, 5, device=device)
-    cache.update(K1, V1)
-    K, V = cache.update(K2, V2)
+    cache.append(K1, V1)
+    K, V = cache.append(K2, V2)
     torch.testing.assert_close(K, torch.cat([K1, K2], dim=2))
     torch.testing.assert_close(V, torch.cat([V1, V2], dim=2))
     assert cache.n_tokens == 5
@@ -31,25 +31,25 @@ def test_kv_cache_appends_along_tokens(device):
 )
 def test_nbytes_counts_element_size(dtype, size):
     cache = KVCache()
-    cache.update(torch.zeros(1, 2, 3, 4, dtype=dtype), torch.zeros(1, 2, 3, 4, dtype=dtype))
+    cache.append(torch.zeros(1, 2, 3, 4, dtype=dtype), torch.zeros(1, 2, 3, 4, dtype=dtype))
     assert cache.nbytes == 2 * 2 * 3 * 4 * size
 
 
 def test_latent_cache_with_and_without_rope_key():
     c = LatentCache()
-    L, kR = c.update(torch.zeros(2, 3, 16), torch.zeros(2, 3, 4))
+    L, kR = c.append(torch.zeros(2, 3, 16), torch.zeros(2, 3, 4))
     assert c.n_tokens == 3 and L.shape == (2, 3, 16) and kR.shape == (2, 3, 4)
-    c.update(torch.ones(2, 2, 16), torch.ones(2, 2, 4))
+    c.append(torch.ones(2, 2, 16), torch.ones(2, 2, 4))
     assert c.n_tokens == 5 and c.nbytes == 2 * 5 * (16 + 4) * 4
     assert (c.L[:, 3:] == 1).all()
     c2 = LatentCache()
-    _, kR2 = c2.update(torch.zeros(1, 4, 8))
+    _, kR2 = c2.append(torch.zeros(1, 4, 8))
     assert kR2 is None and c2.nbytes == 4 * 8 * 4
 
 
 def test_repr_is_informative():
     cache = KVCache()
-    cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
+    cache.append(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
     assert repr(cache) == "KVCache(n_tokens=3, K_shape=(1, 2, 3, 4), nbytes=192)"
 
 
@@ -65,8 +65,8 @@ def test_static_cache_holds_what_kv_cache_holds_and_never_moves():
             torch.randn(2, 3, n_new, 8, generator=gen),
             torch.randn(2, 3, n_new, 5, generator=gen),
         )
-        K_g, V_g = grown.update(K, V)
-        K_s, V_s = static.update(K, V)
+        K_g, V_g = grown.append(K, V)
+        K_s, V_s = static.append(K, V)
         assert torch.equal(K_s, K_g) and torch.equal(V_s, V_g)
         assert static.n_tokens == grown.n_tokens and static.nbytes == grown.nbytes
         assert where is None or static.K.data_ptr() == where  # written in place
@@ -106,12 +106,12 @@ def test_static_caches_in_tiny_decoder_generate_the_same_tokens():
     [
         (lambda: StaticKVCache(0), ValueError, r"max_tokens .*got 0"),
         (
-            lambda: StaticKVCache(2).update(torch.zeros(1, 3, 4), torch.zeros(1, 3, 4)),
+            lambda: StaticKVCache(2).append(torch.zeros(1, 3, 4), torch.zeros(1, 3, 4)),
             ValueError,
             r"max_tokens=2: the cache holds 0 tokens and got 3 more",
         ),
         (
-            lambda: StaticKVCache(4).update(torch.zeros(1, 3, 4), torch.zeros(1, 2, 4)),
+            lambda: StaticKVCache(4).append(torch.zeros(1, 3, 4), torch.zeros(1, 2, 4)),
             ValueError,
             r"K and V must have the same leading shape",
         ),
@@ -124,6 +124,6 @@ def test_static_cache_bad_input_names_the_argument(call, error, pattern):
 
 def test_static_cache_rejects_a_new_shape():
     c = StaticKVCache(8)
-    c.update(torch.zeros(2, 3, 4), torch.zeros(2, 3, 4))
+    c.append(torch.zeros(2, 3, 4), torch.zeros(2, 3, 4))
     with pytest.raises(ValueError, match=r"K must match the cached shape"):
-        c.update(torch.zeros(3, 1, 4), torch.zeros(3, 1, 4))
+        c.append(torch.zeros(3, 1, 4), torch.zeros(3, 1, 4))

@@ -118,14 +118,14 @@ CASES = [
 
 
 def _grow(cache, first, second):
-    cache.update(torch.zeros(first), torch.zeros(first))
-    cache.update(torch.zeros(second), torch.zeros(second))
+    cache.append(torch.zeros(first), torch.zeros(first))
+    cache.append(torch.zeros(second), torch.zeros(second))
 
 
 def _grow_latent():
     c = LatentCache()
-    c.update(torch.zeros(1, 2, 4), torch.zeros(1, 2, 2))
-    c.update(torch.zeros(1, 1, 4))
+    c.append(torch.zeros(1, 2, 4), torch.zeros(1, 2, 2))
+    c.append(torch.zeros(1, 1, 4))
 
 
 @pytest.mark.parametrize("thunk,exc,fragments", [c[1:] for c in CASES], ids=[c[0] for c in CASES])

@@ -200,9 +200,11 @@ def test_scaled_cos_sin_match_hugging_faces_rotary_embedding(params, base):
     pos = torch.tensor([[0, 1, 5, 63, 64, 300, 1000]])
     cos_hf, sin_hf = hf(torch.zeros(1, 7, 64), pos)  # (1, N, d): both halves the same
     scaling = _scaling(params)
-    cos, sin = attnlib.rope.rope_cos_sin(pos[0], d, base=base, scaling=scaling)
-    torch.testing.assert_close(cos, cos_hf[0, :, : d // 2], rtol=0, atol=2e-4)
-    torch.testing.assert_close(sin, sin_hf[0, :, : d // 2], rtol=0, atol=2e-4)
+    tables = attnlib.rope.rope_tables(pos[0], d, base=base, scaling=scaling)
+    torch.testing.assert_close(tables.cos, cos_hf[0], rtol=0, atol=2e-4)
+    half = d // 2  # rotate_half's sign lives in the first half of attnlib's sin
+    signed = torch.cat((-sin_hf[0, :, :half], sin_hf[0, :, half:]), -1)
+    torch.testing.assert_close(tables.sin, signed, rtol=0, atol=2e-4)
     assert scaling.attention_factor == pytest.approx(hf.attention_scaling, rel=1e-12)
     theta = rope_frequencies(d, base=base, scaling=scaling)
     torch.testing.assert_close(theta, hf.inv_freq.double(), rtol=1e-6, atol=0)
@@ -256,12 +258,16 @@ def test_scaling_bad_input_names_the_argument():
 
 
 @pytest.mark.parametrize("interleaved", [False, True])
-def test_full_width_tables_rotate_to_the_same_numbers(interleaved, gen):
+def test_full_width_tables_rotate_pairs_by_the_per_pair_formula(interleaved, gen):
+    """X C + swap(X) S is (x cos - y sin, x sin + y cos) on every pair, bit for bit."""
     X = torch.randn(2, 3, 5, 8, generator=gen)
-    cos, sin = attnlib.rope.rope_cos_sin(torch.arange(5) * 37, 8, base=500.0)
-    per_pair = attnlib.rope.rope_rotate(X, cos, sin, interleaved=interleaved)
-    C, S = attnlib.rope.rope_tables(cos, sin, interleaved=interleaved)
-    assert C.shape == S.shape == (5, 8)
-    assert torch.equal(attnlib.rope.rope_rotate(X, C, S, interleaved=interleaved), per_pair)
-    torch.testing.assert_close(per_pair, apply_rope(X, torch.arange(5) * 37, base=500.0,
-                                                    interleaved=interleaved))
+    pos = torch.arange(5) * 37
+    angles = pos.double()[:, None] * rope_frequencies(8, base=500.0)  # (5, 4)
+    cos, sin = angles.cos().float(), angles.sin().float()
+    x, y = (X[..., 0::2], X[..., 1::2]) if interleaved else (X[..., :4], X[..., 4:])
+    rx, ry = x * cos - y * sin, x * sin + y * cos  # the per-pair formula
+    per_pair = torch.stack((rx, ry), -1).flatten(-2) if interleaved else torch.cat((rx, ry), -1)
+    tables = attnlib.rope.rope_tables(pos, 8, base=500.0, interleaved=interleaved)
+    assert tables.cos.shape == tables.sin.shape == (5, 8) and torch.equal(tables.positions, pos)
+    assert torch.equal(attnlib.rope.rope_rotate(X, tables, interleaved=interleaved), per_pair)
+    assert torch.equal(apply_rope(X, pos, base=500.0, interleaved=interleaved), per_pair)

@@ -82,12 +82,12 @@ def test_first_code_cell_is_the_setup_cell(lessons: dict, setup_cell: str) -> No
         assert _code_cells(notebook)[0].source == setup_cell, f"{name}: setup cell differs"
 
 
-def test_readme_shows_the_setup_cell(book_root: Path, setup_cell: str) -> None:
-    readme = (book_root / "README.md").read_text(encoding="utf-8")
+def test_contributing_shows_the_setup_cell(book_root: Path, setup_cell: str) -> None:
+    readme = (book_root / "CONTRIBUTING.md").read_text(encoding="utf-8")
     # Fenced Python blocks, possibly indented under a list item.
     blocks = re.findall(r"^( *)```python\n(.*?)^\1```", readme, flags=re.MULTILINE | re.DOTALL)
     sources = [textwrap.dedent(body).strip() for _, body in blocks]
-    assert setup_cell in sources, "README.md's setup cell differs from the lessons' one"
+    assert setup_cell in sources, "CONTRIBUTING.md's setup cell differs from the lessons' one"
 
 
 def test_readme_colab_badge_matches_repository(book_root: Path, book_config: dict) -> None:
