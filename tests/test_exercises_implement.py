@@ -198,3 +198,62 @@ def test_mistakes_are_told_apart_by_the_cases():
                 same = all(agree(x, y, c)
                            for x, y, c in zip(outs[a], outs[b], spec.cases, strict=True))
                 assert not same, (label, a, b)
+
+
+def _card_loss_of(model, card) -> None:
+    from attnlib import train
+
+    ids, targets = train.held_out("book")
+    assert round(train.evaluate(model, ids, targets)["loss"], 5) == card["held_out"]["loss"]
+
+
+def test_the_readers_functions_run_the_trained_models_at_the_cards_loss():
+    """What lessons 02, 05, 06 and 08 do after their solutions: the exercises' references,
+    put into the shipped models through attnlib's seam (with_attention, caches=), give the
+    held-out loss of each model's card at its printed precision and attnlib's text."""
+    from attnlib import cache, pretrained, tasks, train
+
+    book = pretrained.load("book")
+    chars = tasks.book_tokenizer()
+    prompt = torch.tensor([chars.encode("Attention is")])
+    expected = book.generate(prompt, 30)
+
+    attend = implement._IMPLEMENTATIONS["02.5"]().reference
+
+    def attend_causal(Q, K, V, *, mask=None, causal=False):
+        assert mask is None and causal
+        offset = K.shape[-2] - Q.shape[-2]
+        return torch.cat([attend(Q[..., i:i + 1, :], K[..., : i + offset + 1, :],
+                                 V[..., : i + offset + 1, :]) for i in range(Q.shape[-2])], -2)
+
+    yours = book.with_attention(attend=attend_causal)
+    _card_loss_of(yours, book.card)
+    assert torch.equal(yours.generate(prompt, 30), expected)
+
+    rope = implement._IMPLEMENTATIONS["08.5"]().reference
+    yours = book.with_attention(rope=rope)
+    _card_loss_of(yours, book.card)
+    assert torch.equal(yours.generate(prompt, 30), expected)
+
+    reference_cache = implement._IMPLEMENTATIONS["05.5"]().reference
+
+    class Plugged(reference_cache, cache.Cache):
+        def append(self, K, V, check=False):
+            return reference_cache.append(self, K, V)
+
+    assert torch.equal(book.generate(prompt, 30, caches=[Plugged() for _ in book.blocks]),
+                       expected)
+    book64 = pretrained.load("book", dtype=torch.float64)
+    ids, targets = train.held_out("book")
+    caches = [Plugged() for _ in book64.blocks]
+    with torch.no_grad():
+        logits = torch.cat([book64(ids[:, :64], caches=caches),
+                            book64(ids[:, 64:], caches=caches)], dim=-2)
+    assert round(train.next_token_loss(logits, targets).item(), 5) == book.card["held_out"]["loss"]
+
+    gqa = implement._IMPLEMENTATIONS["06.5"]().reference
+    shipped = pretrained.load("book", n_kv_heads=2)
+    yours = shipped.with_attention(attend=lambda Q, K, V, *, mask=None, causal=False:
+                                   gqa(Q, K, V, causal=causal))
+    _card_loss_of(yours, shipped.card)
+    assert torch.equal(yours.generate(prompt, 30), shipped.generate(prompt, 30))
