@@ -134,7 +134,7 @@ def _online_softmax() -> Implementation:
                       {"Q": randn(2, 5, 8, seed=4, dtype=F32),
                        "K": randn(2, 12, 8, seed=5, dtype=F32),
                        "V": randn(2, 12, 3, seed=6, dtype=F32), "block_size": 3}),
-        function_case("float32, logits growing to about 200 across the blocks",
+        function_case("float32, logits growing past 300 across the blocks",
                       {"Q": randn(2, 4, seed=7, scale=4.0).to(F32),
                        "K": (growing * randn(20, 4, seed=8, scale=4.0)).to(F32),
                        "V": randn(20, 2, seed=9, dtype=F32), "block_size": 5}),
