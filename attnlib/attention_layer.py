@@ -118,8 +118,9 @@ class AttentionLayer(nn.Module):
                 start = 0 if cache is None else cache.n_tokens
                 rope = self.rope_tables(positions, X.shape[-2], start, X.dtype, X.device)
             Q, kv = self.rotate(Q, kv, rope)
-        if cache is not None:
-            kv = cache.append(*kv, check=False)  # every token so far
+        if cache is not None:  # every token so far (attnlib's caches were checked above)
+            named = isinstance(cache, Cache) and cache.fields  # attnlib's, which take check=
+            kv = cache.append(*kv, check=False) if named else cache.append(*kv)
         if mask is not None:
             mask = mask.unsqueeze(-3)  # (..., 1, N_Q, N_KV): one mask for every head
         Y = self.attend(Q, *kv, mask=mask, causal=causal, **options)
@@ -166,11 +167,15 @@ class AttentionLayer(nn.Module):
                            interleaved=self.rope_interleaved, dtype=work_dtype(dtype),
                            check=False)
 
-    def rope(self, rope: RopeTables, *Xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Rotate each ``X (..., heads, N, d)``: with the tables, or with :attr:`rope_fn`."""
+    def rope(self, rope: RopeTables, Q: torch.Tensor, K: torch.Tensor
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotate queries and keys ``(..., heads, N, d)``: with the tables, or :attr:`rope_fn`."""
         if self.rope_fn is not None:
-            return tuple(self.rope_fn(X, rope.positions, base=self.rope_base) for X in Xs)
-        return tuple(rope_rotate(X, rope, interleaved=self.rope_interleaved) for X in Xs)
+            base = self.rope_base
+            return self.rope_fn(Q, rope.positions, base=base), self.rope_fn(K, rope.positions,
+                                                                            base=base)
+        pairing = self.rope_interleaved
+        return rope_rotate(Q, rope, interleaved=pairing), rope_rotate(K, rope, interleaved=pairing)
 
     # --- replacing a step --------------------------------------------------------------------
 
@@ -214,14 +219,18 @@ class AttentionLayer(nn.Module):
         """``cache`` is a cache of this layer's kind that takes ``n`` new tokens.
 
         attnlib's caches name what they hold (:attr:`~attnlib.cache.Cache.fields`) and must
-        be of :attr:`cache_type`'s kind; a cache of one's own that subclasses
-        :class:`~attnlib.cache.Cache` without naming fields is taken as it is.
+        be of :attr:`cache_type`'s kind; a cache of one's own, any object with ``append(*new)``
+        returning everything held and ``n_tokens``, is taken as it is and called as
+        ``cache.append(K, V)``.
         """
         kind = self.cache_type
-        if not isinstance(cache, Cache) or (cache.fields and cache.fields != kind.fields):
-            raise TypeError(f"{name} must be an attnlib.{kind.__name__}; got "
-                            f"{type(cache).__name__}")
-        if cache.fields:
+        named = isinstance(cache, Cache) and bool(cache.fields)  # attnlib's caches
+        own = not named and callable(getattr(cache, "append", None)) and hasattr(
+            type(cache), "n_tokens")  # a cache of one's own: append and n_tokens
+        if not own and not (named and cache.fields == kind.fields):
+            raise TypeError(f"{name} must be an attnlib.{kind.__name__} (or a cache of your own "
+                            f"with append and n_tokens); got {type(cache).__name__}")
+        if not own:
             cache.check_next(*self.cache_rows(batch, n))
 
     def check(self, X: object, X_KV: object = None, *, causal: object = False,
@@ -240,3 +249,4 @@ class AttentionLayer(nn.Module):
         n_kv = (X if X_KV is None else X_KV).shape[-2] + (0 if cache is None else cache.n_tokens)
         check_attention_call(X, causal=causal, mask=mask, positions=positions, n_kv=n_kv,
                              **options)  # the other options are flags
+

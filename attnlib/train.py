@@ -581,7 +581,7 @@ def eval_loss(model: nn.Module) -> float:
     numbers computed this way.
     """
     ids, targets = _eval_set()
-    return _evaluate(model, ids, targets)["loss"]
+    return evaluate(model, ids, targets, check=False)["loss"]
 
 
 CARD_DECIMALS = 5

@@ -12,8 +12,17 @@ compares the reader's answer with it. The verdict is printed and returned:
   magnitude (a factor of 100 from a percentage, a factor of 2 from counting a matrix
   twice), or a mistake the exercise invites.
 
+An *implementation exercise* is answered with the reader's own function (or class):
+``check("02.5", attend)`` runs it on a fixed set of small seeded cases and compares it
+with attnlib's reference (:mod:`attnlib.exercises.implement`). A stub that raises
+``NotImplementedError`` gives "not implemented yet"; a wrong function gets the name of the
+misconception it makes, when it matches one of the exercise's catalogued mistakes, or else
+the first case it fails, with the shapes and the largest difference; an error in the
+reader's code is shown with the reader's own lines.
+
 Adding a checked exercise to lesson ``NN`` means adding one entry to ``lesson_NN.py``, in
-one of three forms:
+one of four forms (the fourth, ``@implementation``, is described in
+:mod:`attnlib.exercises.implement`):
 
 - ``@numbers("NN.k", rel=..., what=...)`` on a function that returns the expected tensor
   and the mistakes the exercise invites, ``(expected, ((wrong, hint), ...))``; the answer
@@ -98,8 +107,13 @@ def check(label: str, answer: object) -> CheckResult:
         status, text = "unanswered", "not answered yet. Replace ... with your answer and run " \
                                      "the cell again."
     else:
-        hint = _CHECKERS[label](answer)
-        status, text = ("correct", "correct.") if hint is None else ("incorrect", hint)
+        try:
+            hint = _CHECKERS[label](answer)
+        except NotImplementedYetError:
+            status, text = "unanswered", "not implemented yet. Replace the line " \
+                "`raise NotImplementedError` with your code and run the cell again."
+        else:
+            status, text = ("correct", "correct.") if hint is None else ("incorrect", hint)
     result = CheckResult(label, status, f"{label}: {text}")
     print(result.message)
     return result
@@ -114,15 +128,21 @@ def labels() -> list[str]:
 # the registry: the three forms of an exercise
 
 
+def _register(label: str, fn: Checker) -> None:
+    if not _LABEL.fullmatch(label):
+        raise ValueError(f"label must look like 'NN.k'; got {label!r}")
+    if label in _CHECKERS:
+        raise ValueError(f"exercise {label!r} already has a checker")
+    _CHECKERS[label] = fn
+
+
 def checker(label: str) -> Callable[[Checker], Checker]:
     """Register ``fn(answer) -> hint or None`` as the checker of exercise ``label``."""
     if not _LABEL.fullmatch(label):
         raise ValueError(f"label must look like 'NN.k'; got {label!r}")
 
     def add(fn: Checker) -> Checker:
-        if label in _CHECKERS:
-            raise ValueError(f"exercise {label!r} already has a checker")
-        _CHECKERS[label] = fn
+        _register(label, fn)
         return fn
 
     return add
@@ -269,3 +289,4 @@ from attnlib.exercises import (  # noqa: E402, F401
     lesson_09,
     lesson_10,
 )
+from attnlib.exercises.implement import NotImplementedYetError  # noqa: E402

@@ -84,3 +84,72 @@ def _tie_limit():
         (attention_weights(q, K)[0], "these are the weights at the default scale; send the "
                                      "temperature to 0 (scale = 1/tau, tau -> 0)."),
     )
+
+
+# ---------------------------------------------------------------------------------------
+# implementation exercises
+
+from attnlib.exercises.implement import (  # noqa: E402
+    Implementation,
+    Mistake,
+    function_case,
+    implementation,
+    randn,
+)
+
+
+def _scaled_logits(Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
+    return Q @ K.mT / Q.shape[-1] ** 0.5  # (..., N_Q, N_KV)
+
+
+@implementation("01.6")
+def _kernel_lookup() -> Implementation:
+    """Y = Z^-1 A V with A = f(Q K^T / sqrt(d_QK)), for a kernel f given as a function."""
+
+    def reference(Q, K, V, f):
+        return attention(Q, K, V, kernel=f, impl="explicit")
+
+    def no_normalisation(Q, K, V, f):
+        return f(_scaled_logits(Q, K)) @ V
+
+    def columns(Q, K, V, f):
+        A = f(_scaled_logits(Q, K))
+        return A / A.sum(dim=-2, keepdim=True) @ V
+
+    def whole_matrix(Q, K, V, f):
+        A = f(_scaled_logits(Q, K))
+        return A / A.sum(dim=(-2, -1), keepdim=True) @ V
+
+    def unscaled(Q, K, V, f):
+        A = f(Q @ K.mT)
+        return A / A.sum(dim=-1, keepdim=True) @ V
+
+    softplus = torch.nn.functional.softplus
+    F32 = torch.float32
+    cases = [
+        function_case("float64, one query, exp kernel",
+                      {"Q": randn(1, 4, seed=1), "K": randn(6, 4, seed=2),
+                       "V": randn(6, 3, seed=3), "f": torch.exp}),
+        function_case("float64, N_Q != N_KV, softplus kernel",
+                      {"Q": randn(3, 4, seed=4), "K": randn(5, 4, seed=5),
+                       "V": randn(5, 2, seed=6), "f": softplus}),
+        function_case("float32, batch dims, d_V != d_QK, exp kernel",
+                      {"Q": randn(2, 3, 8, seed=7, dtype=F32),
+                       "K": randn(2, 7, 8, seed=8, dtype=F32),
+                       "V": randn(2, 7, 5, seed=9, dtype=F32), "f": torch.exp}),
+        function_case("float32, sigmoid kernel",
+                      {"Q": randn(4, 2, seed=10, dtype=F32), "K": randn(9, 2, seed=11, dtype=F32),
+                       "V": randn(9, 1, seed=12, dtype=F32), "f": torch.sigmoid}),
+    ]
+    return Implementation(
+        "a function lookup(Q, K, V, f) returning Y", reference, cases, (
+            Mistake(no_normalisation, "you return A V: each row of A must be divided by its "
+                                      "sum Z[i, i] = sum_j A[i, j], so that the weights of a "
+                                      "query sum to 1."),
+            Mistake(columns, "you divide each column of A by its sum (over the queries); Z "
+                             "holds the row sums, one per query: sum over the keys, dim=-1."),
+            Mistake(whole_matrix, "you divide A by the sum of all its entries; each query's "
+                                  "row must be normalised by its own sum, keepdim over dim=-1."),
+            Mistake(unscaled, "the kernel acts on the scaled dot product: A = f(Q K^T / "
+                              "sqrt(d_QK)), with d_QK = Q.shape[-1]."),
+        ))

@@ -84,3 +84,105 @@ def _longest_context():
     }
     return expected, hints, ("not quite: divide the memory left after the weights by the "
                              "cache bytes per token (kv_bytes_per_token()) and round down.")
+
+
+# ---------------------------------------------------------------------------------------
+# implementation exercises
+
+import torch  # noqa: E402
+
+from attnlib.exercises.implement import (  # noqa: E402
+    Case,
+    Implementation,
+    Mistake,
+    implementation,
+    randn,
+)
+
+
+class _Reference:
+    """A KV cache: holds K and V, tokens on axis -2, and appends to them."""
+
+    def __init__(self, axis: int = -2, first: bool = False):
+        self.K = self.V = None
+        self.axis, self.first = axis, first
+        self.calls = 0
+
+    def _join(self, held, new):
+        if held is None:
+            return new
+        pair = (new, held) if self.first else (held, new)
+        return torch.cat(pair, dim=self.axis)
+
+    def append(self, K, V):
+        self.K, self.V = self._join(self.K, K), self._join(self.V, V)
+        self.calls += 1
+        return self.K, self.V
+
+    @property
+    def n_tokens(self):
+        return 0 if self.K is None else self.K.shape[-2]
+
+
+class _Prepends(_Reference):
+    def __init__(self):
+        super().__init__(first=True)
+
+
+class _Features(_Reference):
+    def __init__(self):
+        super().__init__(axis=-1)
+
+
+class _NewOnly(_Reference):
+    def append(self, K, V):
+        super().append(K, V)
+        return K, V
+
+
+class _CountsCalls(_Reference):
+    @property
+    def n_tokens(self):
+        return self.calls
+
+
+def _cache_case(name: str, seed: int, batch: tuple, G: int, chunks: tuple, d: int, dtype) -> Case:
+    N = sum(chunks)
+    K = randn(*batch, G, N, d, seed=seed, dtype=dtype)
+    V = randn(*batch, G, N, d + 1, seed=seed + 1, dtype=dtype)
+
+    def run(cls):
+        cache, out, start = cls(), [], 0
+        for n in chunks:
+            K_all, V_all = cache.append(K[..., start:start + n, :].clone(),
+                                        V[..., start:start + n, :].clone())
+            start += n
+            out += [K_all, V_all]
+        n_tokens = cache.n_tokens
+        if callable(n_tokens):
+            raise TypeError("n_tokens is a method; make it a property (@property)")
+        return (*out, torch.tensor(int(n_tokens)))
+
+    return Case(name, run, f"K {tuple(K.shape)}, V {tuple(V.shape)} in chunks of {chunks}")
+
+
+@implementation("05.5")
+def _kv_cache() -> Implementation:
+    """A KV cache class: append(K, V) returns everything held; n_tokens counts the tokens."""
+    cases = [
+        _cache_case("float32, prefill of 4, then 3 single tokens", 1, (1,), 2, (4, 1, 1, 1), 3,
+                    torch.float32),
+        _cache_case("float64, batch of 2, one KV head, chunks of 1, 2, 1", 5, (2,), 1,
+                    (1, 2, 1), 2, torch.float64),
+    ]
+    return Implementation(
+        "a class with append(K, V) -> (K_all, V_all) and a property n_tokens", _Reference, cases, (
+            Mistake(_Features, "the tokens are on axis -2 of (..., G, N, d): concatenate with "
+                               "dim=-2, not along the features (dim=-1)."),
+            Mistake(_Prepends, "the new tokens go after the held ones: torch.cat((held, new)), "
+                               "so that position n stays row n."),
+            Mistake(_NewOnly, "append must return everything held so far, the old tokens "
+                              "followed by the new, not only the new K and V."),
+            Mistake(_CountsCalls, "n_tokens counts tokens, not calls to append: a prefill of "
+                                  "N tokens adds N (K.shape[-2] of what is held)."),
+        ))

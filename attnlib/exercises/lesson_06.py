@@ -58,3 +58,132 @@ def _weights_saved():
         (scalar(4 * d * (n_heads - n_kv) * d_head), "W_Q and W_O keep their size: only W_K and "
                                                     "W_V shrink."),
     )
+
+
+# ---------------------------------------------------------------------------------------
+# implementation exercises
+
+import torch  # noqa: E402
+
+from attnlib.exercises.implement import (  # noqa: E402
+    Implementation,
+    Mistake,
+    function_case,
+    implementation,
+    randn,
+)
+from attnlib.gqa import grouped_query_attention  # noqa: E402
+from attnlib.masks import causal_mask  # noqa: E402
+
+
+def _expanded(Q, K, V, repeat, *, causal=False, top_left=False):
+    H, G = Q.shape[-3], K.shape[-3]
+    K, V = repeat(K, H // G), repeat(V, H // G)  # (..., H, N_KV, d)
+    S = Q @ K.mT / Q.shape[-1] ** 0.5
+    if causal:
+        n_q, n_kv = S.shape[-2:]
+        M = (torch.ones(n_q, n_kv, dtype=torch.bool).tril() if top_left
+             else causal_mask(n_q, n_kv))
+        S = S.masked_fill(~M, float("-inf"))
+    return torch.softmax(S, dim=-1) @ V
+
+
+def _interleave(KV, r):
+    return KV.repeat_interleave(r, dim=-3)
+
+
+def _tile(KV, r):
+    return KV.repeat(*([1] * (KV.dim() - 3)), r, 1, 1)
+
+
+def _gqa_case(name, seed, batch, H, G, n_q, n_kv, d, dtype, causal):
+    inputs = {"Q": randn(*batch, H, n_q, d, seed=seed, dtype=dtype),
+              "K": randn(*batch, G, n_kv, d, seed=seed + 1, dtype=dtype),
+              "V": randn(*batch, G, n_kv, d, seed=seed + 2, dtype=dtype)}
+    return function_case(name, inputs, causal=causal)
+
+
+@implementation("06.5")
+def _gqa_forward() -> Implementation:
+    """Attention of H query heads over G shared KV heads: head h reads KV head h // (H / G)."""
+
+    def reference(Q, K, V, *, causal=False):
+        return grouped_query_attention(Q, K, V, causal=causal, impl="explicit")
+
+    def tiled(Q, K, V, *, causal=False):
+        return _expanded(Q, K, V, _tile, causal=causal)
+
+    def first_head(Q, K, V, *, causal=False):
+        return _expanded(Q, K[..., :1, :, :], V[..., :1, :, :], _interleave, causal=causal)
+
+    def top_left(Q, K, V, *, causal=False):
+        return _expanded(Q, K, V, _interleave, causal=causal, top_left=True)
+
+    F32 = torch.float32
+    F64 = torch.float64
+    cases = [
+        _gqa_case("float64, H = 4, G = 2", 1, (), 4, 2, 3, 3, 4, F64, False),
+        _gqa_case("float32, batch dims, H = 6, G = 3, causal", 11, (2,), 6, 3, 5, 5, 4, F32, True),
+        _gqa_case("float32, G = 1 (MQA), N_Q = 2 at the end of N_KV = 7, causal", 21, (1,),
+                  4, 1, 2, 7, 8, F32, True),
+        _gqa_case("float64, G = H (MHA), causal", 31, (), 3, 3, 4, 4, 2, F64, True),
+        _gqa_case("float64, H = 8, G = 2, N_Q = 3 at the end of N_KV = 6, causal", 41, (), 8, 2,
+                  3, 6, 4, F64, True),
+    ]
+    return Implementation(
+        "a function gqa(Q, K, V, *, causal=False) returning (..., H, N_Q, d_v)", reference, cases, (
+            Mistake(tiled, "your heads read KV head h % G: Tensor.repeat tiles the G heads "
+                           "(0, 1, 0, 1, ...), while query head h belongs to group h // (H / G): "
+                           "use repeat_interleave(H // G, dim=-3) (0, 0, 1, 1, ...)."),
+            Mistake(top_left, "the causal mask must be bottom-right aligned: with N_Q < N_KV "
+                              "the queries are the last N_Q positions (attnlib.causal_mask(n_q, "
+                              "n_kv)), not the first."),
+            Mistake(first_head, "every query head reads KV head 0; the G KV heads are shared "
+                                "by groups of H / G consecutive query heads."),
+        ))
+
+
+@implementation("06.6")
+def _mean_pool_heads() -> Implementation:
+    """W_K of G KV heads from H: KV head g is the mean of heads g r .. g r + r - 1, r = H / G."""
+
+    def reference(W, n_heads, n_kv_heads):
+        d_in, d_head, r = W.shape[0], W.shape[1] // n_heads, n_heads // n_kv_heads
+        return W.reshape(d_in, n_kv_heads, r, d_head).mean(dim=2).reshape(d_in, -1)
+
+    def strided(W, n_heads, n_kv_heads):
+        d_in, d_head, r = W.shape[0], W.shape[1] // n_heads, n_heads // n_kv_heads
+        return W.reshape(d_in, r, n_kv_heads, d_head).mean(dim=1).reshape(d_in, -1)
+
+    def summed(W, n_heads, n_kv_heads):
+        return reference(W, n_heads, n_kv_heads) * (n_heads // n_kv_heads)
+
+    def first_of_group(W, n_heads, n_kv_heads):
+        d_in, d_head, r = W.shape[0], W.shape[1] // n_heads, n_heads // n_kv_heads
+        return W.reshape(d_in, n_kv_heads, r, d_head)[:, :, 0].reshape(d_in, -1)
+
+    def columns(W, n_heads, n_kv_heads):
+        d_in, r = W.shape[0], n_heads // n_kv_heads
+        return W.reshape(d_in, -1, r).mean(dim=-1)
+
+    cases = [
+        function_case("float64, H = 4 to G = 2", {"W": randn(5, 4 * 3, seed=1), "n_heads": 4,
+                                                    "n_kv_heads": 2}),
+        function_case("float32, H = 6 to G = 2", {"W": randn(4, 6 * 2, seed=2,
+                                                              dtype=torch.float32), "n_heads": 6,
+                                                              "n_kv_heads": 2}),
+        function_case("float64, H = 4 to G = 1 (MQA)", {"W": randn(3, 4 * 2, seed=3),
+                                                          "n_heads": 4, "n_kv_heads": 1}),
+    ]
+    return Implementation(
+        "a function pool(W, n_heads, n_kv_heads) returning (d_in, G d_head)", reference, cases, (
+            Mistake(strided, "a group is H / G CONSECUTIVE heads (query heads g r to g r + r - 1 "
+                             "read KV head g), not every G-th head: reshape to (d_in, G, r, "
+                             "d_head) and average over the r axis."),
+            Mistake(summed, "you sum the heads of a group; the conversion averages them "
+                            "(the mean is the matrix closest to all of them)."),
+            Mistake(first_of_group, "you keep the first head of each group; the conversion "
+                                    "averages all r = H / G heads of the group."),
+            Mistake(columns, "you average neighbouring columns inside a head; average whole "
+                             "heads: reshape to (d_in, G, r, d_head) and take the mean over r."),
+        ))

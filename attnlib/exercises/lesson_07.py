@@ -75,3 +75,79 @@ def _exact_latent_width():
     return min(d_in, 2 * G * d_head), hints, ("not quite: what is the largest rank the matrix "
                                               "[W_K | W_V] of shape (d_in, 2 G d_head) can "
                                               "have?")
+
+
+# ---------------------------------------------------------------------------------------
+# implementation exercises
+
+import torch  # noqa: E402
+
+from attnlib.exercises.implement import (  # noqa: E402
+    Implementation,
+    Mistake,
+    function_case,
+    implementation,
+    randn,
+)
+from attnlib.mla import mla_absorbed  # noqa: E402
+
+
+def _step_case(name, seed, batch, H, d_LQ, d_L, d_head, d_R, n_kv, d_out, dtype):
+    r = {"L_Q": randn(*batch, 1, d_LQ, seed=seed, dtype=dtype),
+         "L": randn(*batch, n_kv, d_L, seed=seed + 1, dtype=dtype),
+         "q_R": randn(*batch, H, 1, d_R, seed=seed + 2, dtype=dtype),
+         "k_R": randn(*batch, n_kv, d_R, seed=seed + 3, dtype=dtype),
+         "W_LQQ": randn(d_LQ, H * d_head, seed=seed + 4, dtype=dtype, scale=d_LQ ** -0.5),
+         "W_LK": randn(d_L, H * d_head, seed=seed + 5, dtype=dtype, scale=d_L ** -0.5),
+         "W_LV": randn(d_L, H * d_head, seed=seed + 6, dtype=dtype, scale=d_L ** -0.5),
+         "W_O": randn(H * d_head, d_out, seed=seed + 7, dtype=dtype, scale=(H * d_head) ** -0.5),
+         "n_heads": H}
+    return function_case(name, r)
+
+
+@implementation("07.5")
+def _absorbed_step() -> Implementation:
+    """One decoding step of absorbed MLA with decoupled RoPE, from the latent cache L and k_R."""
+
+    def reference(L_Q, L, q_R, k_R, W_LQQ, W_LK, W_LV, W_O, n_heads):
+        return mla_absorbed(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R=q_R, k_R=k_R,
+                            impl="explicit")
+
+    def no_rope(L_Q, L, q_R, k_R, W_LQQ, W_LK, W_LV, W_O, n_heads):
+        d_head = W_LK.shape[1] // n_heads
+        return mla_absorbed(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, impl="explicit",
+                            scale=(d_head + q_R.shape[-1]) ** -0.5)
+
+    def head_scale(L_Q, L, q_R, k_R, W_LQQ, W_LK, W_LV, W_O, n_heads):
+        return mla_absorbed(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R=q_R, k_R=k_R,
+                            scale=(W_LK.shape[1] // n_heads) ** -0.5, impl="explicit")
+
+    def keys_as_values(L_Q, L, q_R, k_R, W_LQQ, W_LK, W_LV, W_O, n_heads):
+        return mla_absorbed(L_Q, L, W_LQQ, W_LK, W_LK, W_O, n_heads, q_R=q_R, k_R=k_R,
+                            impl="explicit")
+
+    def strided_keys(L_Q, L, q_R, k_R, W_LQQ, W_LK, W_LV, W_O, n_heads):
+        d_L, d_head = W_LK.shape[0], W_LK.shape[1] // n_heads
+        W_LK = W_LK.reshape(d_L, d_head, n_heads).transpose(1, 2).reshape(d_L, -1)
+        return mla_absorbed(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R=q_R, k_R=k_R,
+                            impl="explicit")
+
+    cases = [
+        _step_case("float64, H = 2, 5 cached tokens", 1, (), 2, 6, 4, 3, 2, 5, 4, torch.float64),
+        _step_case("float32, batch dims, H = 4, 7 cached tokens", 11, (2,), 4, 8, 6, 4, 2, 7, 5,
+                   torch.float32),
+        _step_case("float64, one cached token", 21, (), 3, 4, 4, 2, 4, 1, 3, torch.float64),
+    ]
+    return Implementation(
+        "a function step(L_Q, L, q_R, k_R, W_LQQ, W_LK, W_LV, W_O, n_heads) returning "
+        "(..., 1, d_out)", reference, cases, (
+            Mistake(no_rope, "the logits have a rotary part too: concatenate q_R to each "
+                             "head's absorbed query and k_R to L, so that the logit is "
+                             "Q_h (W_LK^h)^T L^T + q_R,h k_R^T."),
+            Mistake(head_scale, "with the rotary part a logit sums d_head + d_R products: "
+                                "scale by 1/sqrt(d_head + d_R), not 1/sqrt(d_head)."),
+            Mistake(keys_as_values, "the averaged latent rows are mapped to values by W_LV^h; "
+                                    "W_LK^h turns the query into latent coordinates."),
+            Mistake(strided_keys, "head h of W_LK is its column block h d_head to (h + 1) "
+                                  "d_head - 1, not every H-th column."),
+        ))

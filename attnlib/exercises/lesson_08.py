@@ -76,3 +76,71 @@ def _per_head_rotary_cache():
     return ds.d_latent + ds.n_heads * ds.d_rope, hints, (
         "not quite: add the latent width d_L and one rotary key of width d_R for each of the "
         "H heads.")
+
+
+# ---------------------------------------------------------------------------------------
+# implementation exercises
+
+from attnlib.exercises.implement import (  # noqa: E402
+    Implementation,
+    Mistake,
+    function_case,
+    implementation,
+    randn,
+)
+
+
+def _half_split(X, positions, base, exponent=2.0):
+    d = X.shape[-1]
+    theta = base ** (-exponent * torch.arange(d // 2, dtype=torch.float64) / d)  # (d/2,)
+    angles = positions.to(torch.float64)[..., None] * theta  # (N, d/2)
+    cos, sin = angles.cos().to(X.dtype), angles.sin().to(X.dtype)
+    x_1, x_2 = X[..., : d // 2], X[..., d // 2:]
+    return torch.cat((x_1 * cos - x_2 * sin, x_1 * sin + x_2 * cos), dim=-1)
+
+
+@implementation("08.5")
+def _rope_at_offset() -> Implementation:
+    """RoPE with half-split pairs (i, i + d/2) at the given positions, theta_i = base^(-2i/d)."""
+
+    def reference(X, positions, *, base):
+        return apply_rope(X, positions, base=base)
+
+    def interleaved(X, positions, *, base):
+        return apply_rope(X, positions, base=base, interleaved=True)
+
+    def backwards(X, positions, *, base):
+        return apply_rope(X, -positions, base=base)
+
+    def from_zero(X, positions, *, base):
+        return apply_rope(X, torch.arange(X.shape[-2]), base=base)
+
+    def exponent(X, positions, *, base):
+        return _half_split(X, positions, base, exponent=1.0)
+
+    F32 = torch.float32
+    cases = [
+        function_case("float64, positions 0..4", {"X": randn(5, 4, seed=1),
+                                                  "positions": torch.arange(5)}, base=10000.0),
+        function_case("float32, heads, a cached chunk at positions 10..13",
+                      {"X": randn(2, 3, 4, 8, seed=2, dtype=F32),
+                       "positions": torch.arange(10, 14)}, base=10000.0),
+        function_case("float32, one decoded token at position 100, base 500,000",
+                      {"X": randn(1, 2, 1, 6, seed=3, dtype=F32),
+                       "positions": torch.tensor([100])}, base=500000.0),
+        function_case("float64, odd N, positions 3..9, base 10",
+                      {"X": randn(3, 7, 2, seed=4), "positions": torch.arange(3, 10)}, base=10.0),
+    ]
+    return Implementation(
+        "a function rope(X, positions, *, base) returning the rotated X", reference, cases, (
+            Mistake(interleaved, "you rotate the pairs (2i, 2i + 1), the interleaved layout; "
+                                 "this book's (and Llama's) layout pairs coordinate i with "
+                                 "i + d/2."),
+            Mistake(backwards, "your rotation runs the other way: the pair (x_1, x_2) becomes "
+                               "(x_1 cos - x_2 sin, x_1 sin + x_2 cos), a rotation by +m theta."),
+            Mistake(from_zero, "you number the rows 0, 1, ... instead of reading positions: in "
+                               "a cached step the new rows sit at positions N_cached, "
+                               "N_cached + 1, ..., and only the positions argument knows them."),
+            Mistake(exponent, "the frequencies are theta_i = base^(-2i/d), i = 0 .. d/2 - 1; "
+                              "yours use base^(-i/d)."),
+        ))

@@ -72,3 +72,91 @@ def _sparse_query_cost():
                                        "2,048 chosen keys."),
         (scalar(100 * expected), "that is a percentage; give the fraction."),
     )
+
+
+# ---------------------------------------------------------------------------------------
+# implementation exercises
+
+from attnlib.exercises.implement import (  # noqa: E402
+    Implementation,
+    Mistake,
+    function_case,
+    implementation,
+    randn,
+)
+
+
+def _online(Q, K, V, block_size, *, rescale_sum=True, rescale_out=True, update_max=True):
+    scale = Q.shape[-1] ** -0.5
+    m = torch.full((*Q.shape[:-1], 1), -math.inf, dtype=Q.dtype)  # running maximum
+    l = torch.zeros_like(m)  # running sum of exponentials
+    O = torch.zeros(*Q.shape[:-1], V.shape[-1], dtype=Q.dtype)  # running weighted sum
+    for start in range(0, K.shape[-2], block_size):
+        S = Q @ K[..., start:start + block_size, :].mT * scale  # (..., N_Q, b)
+        m_new = torch.maximum(m, S.amax(dim=-1, keepdim=True)) if update_max or start == 0 else m
+        alpha = torch.exp(m - m_new)
+        P = torch.exp(S - m_new)
+        l = (alpha * l if rescale_sum else l) + P.sum(dim=-1, keepdim=True)
+        O = (alpha * O if rescale_out else O) + P @ V[..., start:start + block_size, :]
+        m = m_new
+    return O / l
+
+
+@implementation("09.5")
+def _online_softmax() -> Implementation:
+    """Tiled attention: one block of keys at a time, a running maximum, sum and output."""
+
+    def reference(Q, K, V, block_size):
+        return tiled_attention(Q, K, V, block_size=block_size)
+
+    def sum_not_rescaled(Q, K, V, block_size):
+        return _online(Q, K, V, block_size, rescale_sum=False)
+
+    def out_not_rescaled(Q, K, V, block_size):
+        return _online(Q, K, V, block_size, rescale_out=False)
+
+    def first_max(Q, K, V, block_size):
+        return _online(Q, K, V, block_size, update_max=False)
+
+    def mean_of_blocks(Q, K, V, block_size):
+        Ys = [torch.softmax(Q @ K[..., s:s + block_size, :].mT * Q.shape[-1] ** -0.5, dim=-1)
+              @ V[..., s:s + block_size, :] for s in range(0, K.shape[-2], block_size)]
+        return torch.stack(Ys).mean(dim=0)
+
+    F32 = torch.float32
+    growing = torch.linspace(0.5, 12.0, 20, dtype=torch.float64)[:, None]  # key norms grow
+    cases = [
+        function_case("float64, N_KV = 10 in blocks of 4 (a short last block)",
+                      {"Q": randn(3, 4, seed=1), "K": randn(10, 4, seed=2),
+                       "V": randn(10, 2, seed=3),
+                       "block_size": 4}),
+        function_case("float32, batch dims, blocks of 3",
+                      {"Q": randn(2, 5, 8, seed=4, dtype=F32),
+                       "K": randn(2, 12, 8, seed=5, dtype=F32),
+                       "V": randn(2, 12, 3, seed=6, dtype=F32), "block_size": 3}),
+        function_case("float32, logits growing past 300 across the blocks",
+                      {"Q": randn(2, 4, seed=7, scale=4.0).to(F32),
+                       "K": (growing * randn(20, 4, seed=8, scale=4.0)).to(F32),
+                       "V": randn(20, 2, seed=9, dtype=F32), "block_size": 5}),
+        function_case("float64, blocks of 1", {"Q": randn(2, 3, seed=10), "K": randn(5, 3, seed=11),
+                                               "V": randn(5, 4, seed=12), "block_size": 1}),
+        function_case("float64, one block larger than N_KV",
+                      {"Q": randn(1, 2, seed=13), "K": randn(3, 2, seed=14),
+                       "V": randn(3, 2, seed=15),
+                       "block_size": 8}),
+    ]
+    return Implementation(
+        "a function tiled(Q, K, V, block_size) returning Y", reference, cases, (
+            Mistake(sum_not_rescaled, "when the running maximum rises from m to m', the "
+                                      "running sum l was counted against m: multiply it by "
+                                      "exp(m - m') before adding the new block's sum."),
+            Mistake(out_not_rescaled, "when the running maximum rises from m to m', the running "
+                                      "output was weighted against m: multiply it by "
+                                      "exp(m - m') before adding the new block's P V."),
+            Mistake(first_max, "the running maximum must be updated at every block: a later "
+                               "block with larger logits overflows exp(S - m) otherwise."),
+            Mistake(mean_of_blocks, "the mean of the blocks' own softmax outputs is not the "
+                                    "softmax over all the keys: the blocks must be weighted "
+                                    "by their sums of exponentials, which the running l and m "
+                                    "keep."),
+        ))

@@ -65,3 +65,83 @@ def _uniform_ess(answer: object) -> str | None:
                                                   "the draws are discounted: divide m by it."),
         ),
     )
+
+
+# ---------------------------------------------------------------------------------------
+# implementation exercises
+
+from attnlib.exercises.implement import (  # noqa: E402
+    Case,
+    Implementation,
+    Mistake,
+    implementation,
+    randn,
+)
+from attnlib.randomised import importance_attention  # noqa: E402
+
+REPLICATES = 400  # seeds per statistical case: the means' standard errors fall as 1/sqrt(400)
+
+
+def _sampled(Q, K, rho, m, generator):
+    j = torch.multinomial(rho, m, replacement=True, generator=generator)  # (N_Q, m)
+    logits = (K[j] * Q[:, None, :]).sum(-1) * Q.shape[-1] ** -0.5  # (N_Q, m)
+    return j, logits, torch.gather(rho, -1, j)
+
+
+def _estimator_case(name, seed, n_q, n_kv, d, d_v, m, dtype, uniform):
+    Q = randn(n_q, d, seed=seed, dtype=dtype)
+    K = randn(n_kv, d, seed=seed + 1, dtype=dtype)
+    V = randn(n_kv, d_v, seed=seed + 2, dtype=dtype)
+    rho = (torch.full((n_q, n_kv), 1 / n_kv, dtype=dtype) if uniform
+           else torch.softmax(0.5 * (Q @ K.T) * d ** -0.5 + randn(n_q, n_kv, seed=seed + 3,
+                                                                  dtype=dtype), dim=-1))
+
+    def run(fn):
+        return torch.stack([fn(Q.clone(), K.clone(), V.clone(), rho.clone(), m,
+                               torch.Generator().manual_seed(r)) for r in range(REPLICATES)])
+
+    return Case(name, run, f"Q {tuple(Q.shape)}, K {tuple(K.shape)}, V {tuple(V.shape)}, "
+                           f"m = {m}, {REPLICATES} seeds", statistical=True)
+
+
+@implementation("10.6")
+def _importance_estimator() -> Implementation:
+    """Self-normalised importance sampling of an attention row, with m keys drawn from rho."""
+
+    def reference(Q, K, V, rho, m, generator):
+        return importance_attention(Q, K, V, rho, m, generator=generator)
+
+    def unweighted(Q, K, V, rho, m, generator):
+        j, _, _ = _sampled(Q, K, rho, m, generator)
+        return V[j].mean(dim=-2)
+
+    def not_divided(Q, K, V, rho, m, generator):
+        j, logits, _ = _sampled(Q, K, rho, m, generator)
+        w = torch.exp(logits)
+        return (w[..., None] * V[j]).sum(-2) / w.sum(-1, keepdim=True)
+
+    def over_m(Q, K, V, rho, m, generator):
+        j, logits, rho_j = _sampled(Q, K, rho, m, generator)
+        w = torch.exp(logits) / rho_j
+        return (w[..., None] * V[j]).sum(-2) / m
+
+    def inverted(Q, K, V, rho, m, generator):
+        j, logits, rho_j = _sampled(Q, K, rho, m, generator)
+        w = rho_j / torch.exp(logits)
+        return (w[..., None] * V[j]).sum(-2) / w.sum(-1, keepdim=True)
+
+    cases = [
+        _estimator_case("float64, a proposal near P", 1, 2, 12, 4, 2, 8, torch.float64, False),
+        _estimator_case("float32, uniform proposal", 11, 3, 16, 4, 3, 16, torch.float32, True),
+    ]
+    return Implementation(
+        "a function estimate(Q, K, V, rho, m, generator) returning (N_Q, d_V)", reference,
+        cases, (
+            Mistake(unweighted, "the plain mean of the sampled values estimates the average "
+                                "under rho, not under P: weigh each draw j by A_ij / rho_ij."),
+            Mistake(not_divided, "the weights are A_ij / rho_ij: dividing by the proposal "
+                                 "undoes the preference rho gave the keys it draws often."),
+            Mistake(over_m, "sum_s w_s v_js / m estimates Z y, the row's sum A v: divide by "
+                            "sum_s w_s, which estimates Z, instead of by m."),
+            Mistake(inverted, "the weights are A_ij / rho_ij, not rho_ij / A_ij."),
+        ), z=5.0)

@@ -241,7 +241,7 @@ def test_lessons_check_at_least_two_answers(lessons: dict) -> None:
         )
         for index, cell in checks:
             printed = nbformat.writes(nbformat.from_dict({"outputs": cell.outputs}))
-            assert "not answered yet" in printed, (
+            assert "not answered yet" in printed or "not implemented yet" in printed, (
                 f"{name}, cell {index}: commit check cells with the placeholder answer "
                 "(they print 'not answered yet'), so no answer shows before the reader tries"
             )
