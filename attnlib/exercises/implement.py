@@ -107,13 +107,13 @@ def implementation(label: str) -> Callable[[Callable[[], Implementation]], Calla
     """Register ``spec() -> Implementation`` as implementation exercise ``label``."""
 
     def add(spec: Callable[[], Implementation]) -> Callable[[], Implementation]:
-        from attnlib.exercises import _register
+        from attnlib.exercises import checker  # the package imports this module first
 
         def check_implementation(answer: object) -> str | None:
             return run_implementation(spec(), answer)
 
         check_implementation.__module__ = spec.__module__  # the lesson's module
-        _register(label, check_implementation)
+        checker(label)(check_implementation)
         _IMPLEMENTATIONS[label] = spec
         return spec
 
