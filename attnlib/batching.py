@@ -152,7 +152,8 @@ def continuous_batching(model, requests: Sequence[Request], *, max_batch: int = 
         for r in running:
             P = requests[r].prompt
             if done_prompt[r] < len(P):  # still prefilling: its next chunk
-                n = len(P) - done_prompt[r] if chunk is None else min(chunk, len(P) - done_prompt[r])
+                left = len(P) - done_prompt[r]
+                n = left if chunk is None else min(chunk, left)
                 rows.append(list(P[done_prompt[r]: done_prompt[r] + n]))
             else:  # decoding: its last token
                 rows.append([outputs[r][-1]])

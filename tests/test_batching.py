@@ -59,7 +59,7 @@ def test_blocks_return_to_the_pool():
     reqs = [Request([1, 2, 3, 4, 5], 4, 0), Request([6, 7], 3, 0), Request([8], 2, 2)]
     # the pool holds two requests' blocks at once: the third waits for a release
     res = continuous_batching(model, reqs, max_batch=3, n_blocks=5, block_size=4)
-    first = [s for s in res.steps if 2 in s["running"]][0]
+    first = next(s for s in res.steps if 2 in s["running"])
     assert 1 not in first["running"] or 0 not in first["running"]
     assert all(len(o) == r.max_new_tokens for o, r in zip(res.outputs, reqs, strict=True))
 
