@@ -751,11 +751,8 @@ class TinyDecoder(nn.Module):
                    use_cache=use_cache)
         check_bool("do_sample", do_sample)
         if do_sample:
-            from attnlib.sampling import _check_options, sample
-            _check_options(temperature, top_k, top_p, min_p)
-            if generator is not None and not isinstance(generator, torch.Generator):
-                raise TypeError(f"generator must be a torch.Generator or None; got "
-                                f"{type(generator).__name__}")
+            from attnlib.sampling import check_options, sample
+            check_options(temperature, top_k, top_p, min_p, generator)
         if caches is None and use_cache:
             caches = self.new_caches(ids.shape[-1] + max_new_tokens)
         real = None if attention_mask is None else attention_mask.bool()

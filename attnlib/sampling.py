@@ -30,8 +30,8 @@ import torch
 
 from attnlib._checks import check_positive_int, check_tensor
 
-__all__ = ["min_p_filter", "sample", "temperature_scale", "top_k_filter", "top_p_filter",
-           "warp"]
+__all__ = ["check_options", "min_p_filter", "sample", "temperature_scale", "top_k_filter",
+           "top_p_filter", "warp"]
 
 _NEG_INF = -math.inf
 
@@ -134,7 +134,11 @@ def min_p_filter(logits: torch.Tensor, p: float, *, filter_value: float = _NEG_I
     return logits.masked_fill(remove, filter_value)
 
 
-def _check_options(temperature: object, top_k: object, top_p: object, min_p: object) -> None:
+def check_options(temperature: object, top_k: object, top_p: object, min_p: object,
+                  generator: object = None) -> None:
+    """Raise unless the sampling options are valid: ``temperature > 0`` finite, ``top_k`` a
+    positive int, ``top_p`` in ``(0, 1]``, ``min_p`` in ``[0, 1]`` (None is off), and
+    ``generator`` a ``torch.Generator`` or None."""
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
         raise TypeError(f"temperature must be a positive number; got {temperature!r}")
     if not (temperature > 0 and math.isfinite(temperature)):
@@ -146,6 +150,9 @@ def _check_options(temperature: object, top_k: object, top_p: object, min_p: obj
         _check_fraction("top_p", top_p, open_low=True)
     if min_p is not None:
         _check_fraction("min_p", min_p, open_low=False)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None; got "
+                        f"{type(generator).__name__}")
 
 
 def warp(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int | None = None,
@@ -162,7 +169,7 @@ def warp(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int | None = 
     """
     if check:
         _check_logits(logits)
-        _check_options(temperature, top_k, top_p, min_p)
+        check_options(temperature, top_k, top_p, min_p)
     z = logits
     if temperature != 1.0:
         z = temperature_scale(z, temperature, check=False)
@@ -194,10 +201,7 @@ def sample(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int | None 
     """
     if check:
         _check_logits(logits)
-        _check_options(temperature, top_k, top_p, min_p)
-        if generator is not None and not isinstance(generator, torch.Generator):
-            raise TypeError(f"generator must be a torch.Generator or None; got "
-                            f"{type(generator).__name__}")
+        check_options(temperature, top_k, top_p, min_p, generator)
     z = warp(logits, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
              check=False)
     P = torch.softmax(z.float(), dim=-1)  # (..., V)
