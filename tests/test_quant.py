@@ -106,7 +106,10 @@ def test_int8_cache_gives_logits_close_to_the_float_cache(book):
     tv = 0.5 * (got.softmax(-1) - want.softmax(-1)).abs().sum(-1)
     assert float(tv.max()) < 0.05
     assert (got.argmax(-1) == want.argmax(-1)).float().mean() > 0.98
-    torch.testing.assert_close(steps, got, atol=1e-4, rtol=1e-4)
+    # token by token the keys round differently in the last bit, and a number that lands
+    # on a rounding boundary x / s = k + 1/2 may take the other integer: a change of one
+    # scale in one number, not of the float rounding alone
+    torch.testing.assert_close(steps, got, atol=1e-2, rtol=0)
     with torch.no_grad():
         a = book.generate(ids[:2, :20], 12)
         b = book.generate(ids[:2, :20], 12, caches=[QuantKVCache(8, 8) for _ in book.blocks])
