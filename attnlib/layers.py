@@ -707,8 +707,18 @@ class TinyDecoder(nn.Module):
         use_cache: bool = True,
         attention_mask: torch.Tensor | None = None,
         caches: Sequence[Cache] | None = None,
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        min_p: float | None = None,
+        generator: torch.Generator | None = None,
     ) -> torch.Tensor:
         """Greedy decoding: append ``argmax`` of the last logits, ``max_new_tokens`` times.
+
+        With ``do_sample=True`` each step draws the next token from the warped logits
+        instead (:func:`attnlib.sampling.sample`: ``temperature``, ``top_k``, ``top_p``,
+        ``min_p``, in Hugging Face's order), with ``generator`` for a reproducible draw.
 
         ``use_cache=True`` runs the prompt once (prefill), then feeds one token per step
         through per-layer caches, preallocated for the whole generation
@@ -728,6 +738,10 @@ class TinyDecoder(nn.Module):
             caches: empty caches, one per layer, to decode with instead of the
                 preallocated ones (``use_cache=True`` only): a cache class of one's own,
                 for example, subclassing :class:`attnlib.cache.Cache`.
+            do_sample: draw each token (True) instead of taking the argmax (the default).
+            temperature, top_k, top_p, min_p: the warpers of :func:`attnlib.sampling.warp`
+                (``do_sample=True`` only; None is off).
+            generator: a ``torch.Generator`` for the draws (None: the global one).
 
         Returns:
             ``(..., N + max_new_tokens)`` the prompt (with its pads) followed by the
@@ -735,13 +749,21 @@ class TinyDecoder(nn.Module):
         """
         self.check(ids, caches, attention_mask=attention_mask, max_new_tokens=max_new_tokens,
                    use_cache=use_cache)
+        check_bool("do_sample", do_sample)
+        if do_sample:
+            from attnlib.sampling import check_options, sample
+            check_options(temperature, top_k, top_p, min_p, generator)
         if caches is None and use_cache:
             caches = self.new_caches(ids.shape[-1] + max_new_tokens)
         real = None if attention_mask is None else attention_mask.bool()
         out, step = ids, ids
         for _ in range(max_new_tokens):
             logits = self(step, caches=caches, attention_mask=real, check=False)  # (..., N_step, V)
-            next_id = logits[..., -1, :].argmax(dim=-1, keepdim=True)  # (..., 1)
+            if do_sample:
+                next_id = sample(logits[..., -1, :], temperature=temperature, top_k=top_k,
+                                 top_p=top_p, min_p=min_p, generator=generator, check=False)
+            else:
+                next_id = logits[..., -1, :].argmax(dim=-1, keepdim=True)  # (..., 1)
             out = torch.cat((out, next_id), dim=-1)
             if real is not None:  # the new token is real
                 real = torch.cat((real, torch.ones_like(next_id, dtype=torch.bool)), dim=-1)
