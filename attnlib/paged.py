@@ -24,7 +24,7 @@ layer's pools ``K_pool, V_pool`` of shape ``(n_blocks, G, s, d)`` and implements
 numbers of tokens (continuous batching, :mod:`attnlib.batching`), :meth:`PagedKVCache.select`
 names the sequence of each row and how many of its new rows are real.
 
-Lesson: 05_kv_cache (decoding with a cache; the serving chapter that builds on it is not written yet).
+Lesson: 05_kv_cache (decoding with a cache; a serving chapter is not written yet).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ shows it is a measurement, not a given).
 :func:`quantised_loss` the held-out loss of a model reading its cache quantised, against
 the bytes held.
 
-Lesson: 05_kv_cache (decoding with a cache; the serving chapter that builds on it is not written yet).
+Lesson: 05_kv_cache (decoding with a cache; a serving chapter is not written yet).
 """
 
 from __future__ import annotations
