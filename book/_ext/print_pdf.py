@@ -23,7 +23,6 @@ import io
 import logging
 import os
 import re
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -50,6 +49,9 @@ SIZE_SLOT = re.compile(r'<span class="book-pdf-size">[^<]*</span>')
 # The entry itself, hidden until the PDF exists.
 HIDDEN_ENTRY = re.compile(r'<li hidden>(<a href="[^"]*" target="_blank"\s+class="btn btn-sm '
                           r'btn-download-book-pdf-button)')
+
+# A relative url("...") in a style: not a data: URI, an address or a path from the root.
+RELATIVE_URL = re.compile(r'url\("(?![a-z][a-z0-9+.-]*:|/|#)([^"]+)"\)')
 
 FOOTER = (
     '<div style="font-size: 8pt; width: 100%; text-align: center; color: #444;">'
@@ -176,17 +178,24 @@ API_APPENDIX = """([name, note]) => {
     return kept;
 }"""
 
-# Each heading the printed book shows, in order: the titles its bookmarks should carry.
+# Each heading the printed book shows, in order: the titles its bookmarks should carry, as
+# [its text, [the pieces of its text between formulas, the formulas' text, alternating]].
 HEADINGS = """() => Array.from(
         document.querySelectorAll('article.bd-article :is(h1, h2, h3, h4, h5, h6)'))
     .filter(h => h.getClientRects().length > 0)
     .map(h => {
         const copy = h.cloneNode(true);
         copy.querySelectorAll('.headerlink').forEach(a => a.remove());
-        const text = copy.textContent.replace(/\\s+/g, ' ').trim();
-        // Without its math too: Chromium's bookmark of a heading leaves the math out.
-        copy.querySelectorAll('mjx-container').forEach(m => m.remove());
-        return [text, copy.textContent.replace(/\\s+/g, ' ').trim()];
+        const squash = t => t.replace(/\\s+/g, ' ');
+        const pieces = [''];
+        const walk = node => node.childNodes.forEach(kid => {
+            if (kid.nodeType === Node.TEXT_NODE) { pieces[pieces.length - 1] += kid.data; }
+            else if (kid.matches && kid.matches('mjx-container')) {
+                pieces.push(kid.textContent, '');
+            } else { walk(kid); }
+        });
+        walk(copy);
+        return [squash(copy.textContent).trim(), pieces.map(squash)];
     })"""
 
 # The chapters (by name) that start on the page where they fall, with no forced break.
@@ -215,6 +224,23 @@ CHAPTER_TITLES = """(names) => Object.fromEntries(names.map((name, i) => {
     const target = i === 0 ? (heading && heading.closest('section')?.id) : 'document-' + name;
     return [name, [title, target || '']];
 }))"""
+
+
+def moved_urls(text: str, old_dir: Path, new_dir: Path) -> str:
+    """``text`` (a page in ``old_dir``) with the relative ``url("...")`` of its styles
+    written from ``new_dir``. The formulas' styles load MathJax's fonts by a path relative
+    to the page (book/_ext/typeset_math.js); from the copy at the site's root, that path
+    leads nowhere, and the formulas would print in a fallback font, as shapes without text.
+
+    Example:
+        >>> moved_urls('src:url("../_vendor/m.woff")', Path("/s/book"), Path("/s"))
+        'src:url("_vendor/m.woff")'
+    """
+    def moved(match: re.Match) -> str:
+        target = os.path.normpath(old_dir / match.group(1))
+        return f'url("{Path(os.path.relpath(target, new_dir)).as_posix()}")'
+
+    return RELATIVE_URL.sub(moved, text)
 
 
 def toc_entries(toc: dict) -> list[tuple[str, str]]:
@@ -343,7 +369,8 @@ def print_book(site: Path, out: Path, book_root: Path = REPO_ROOT) -> dict[str, 
     # The single-page build writes the root document's path but links everything from the
     # site root; a copy there resolves those links.
     printed = site / PRINTED_PAGE
-    shutil.copyfile(source, printed)
+    printed.write_text(moved_urls(source.read_text(encoding="utf-8"), source.parent, site),
+                       encoding="utf-8")
     if not Path(CHROMIUM).is_file():
         raise FileNotFoundError(f"no browser at {CHROMIUM}: install Debian's chromium (.ci/run)")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -403,11 +430,11 @@ def print_book(site: Path, out: Path, book_root: Path = REPO_ROOT) -> dict[str, 
                                    f"on {chapter_pages(out, names, titles)}")
             pairs = page.evaluate(HEADINGS)
             headings = [full for full, _ in pairs]
-            bare = [text for _, text in pairs]
+            pieces = [parts for _, parts in pairs]
         finally:
             browser.close()
     printed.unlink()
-    fixed = fix_bookmarks(out, headings, bare)
+    fixed = fix_bookmarks(out, headings, pieces)
     pdf = pypdfium2.PdfDocument(out)
     try:
         count = len(pdf)
@@ -448,13 +475,69 @@ def _squeezed_twice(title: str, heading: str) -> bool:
     return t.startswith(h[:edge]) and t.endswith(h[-edge:]) and set(t) <= set(h)
 
 
-def fix_bookmarks(path: Path, headings: list[str], bare: list[str] | None = None) -> int:
+def _plain(pieces: list[str]) -> str:
+    """A heading's text without its formulas (``pieces``: its text between its formulas,
+    then the formulas' text, alternating), as its page's text layer holds it: MathJax's
+    glyphs print in Type 3 fonts that PDF readers do not read back as text."""
+    return " ".join("".join(pieces[::2]).split())
+
+
+def _written_as(title: str, pieces: list[str]) -> bool:
+    """Whether ``title`` is a heading written the ways Chromium writes its bookmark: its
+    text (``pieces``: between its formulas, then the formulas' text, alternating) with each
+    formula once or left out, and with a piece (up to where a line of it ends) written
+    again where the heading moved to the next page ("ExercisesExercises", or "top top  keys
+    keys" for "top $k$ keys"). Whitespace does not count.
+
+    Example:
+        >>> parts = ["Sparse attention: its top ", "k", " keys"]
+        >>> [_written_as(t, parts) for t in ("Sparse attention: its top k keys",
+        ...     "Sparse attention: its top Sparse attention: its top  keys keys",
+        ...     "Sparse attention: its top keys", "Sparse attention: its top",
+        ...     "Sparse attention: its top keys keys keys k")]
+        [True, True, True, False, False]
+    """
+    t = _squeeze(title)
+    # The heading's characters; each with the start of its run (a piece of text or a
+    # formula) and whether it is a formula's.
+    chars: list[tuple[str, int, bool]] = []
+    for index, piece in enumerate(pieces):
+        start = len(chars)
+        chars += [(c, start, index % 2 == 1) for c in _squeeze(piece)]
+    h = "".join(c for c, _, _ in chars)
+    if not h:
+        return False
+    # Positions (in the heading, in the title) reachable by reading both from the start.
+    seen, todo = set(), [(0, 0)]
+    while todo:
+        i, j = todo.pop()
+        if (i, j) in seen:
+            continue
+        seen.add((i, j))
+        if i == len(h) and j == len(t):
+            return True
+        if i < len(h) and chars[i][2] and chars[i][1] == i:  # a formula starts: skip it
+            end = i
+            while end < len(h) and chars[end][1] == i:
+                end += 1
+            todo.append((end, j))
+        if i < len(h) and j < len(t) and h[i] == t[j]:
+            todo.append((i + 1, j + 1))
+        if 0 < i and not chars[i - 1][2]:  # this piece so far, written again
+            if t.startswith(h[chars[i - 1][1] : i], j):
+                todo.append((i, j + i - chars[i - 1][1]))
+    return False
+
+
+def fix_bookmarks(path: Path, headings: list[str], pieces: list[list[str]] | None = None) -> int:
     """Give each bookmark its heading's text, written once; return how many changed.
 
     Chromium makes a bookmark of every heading, and writes the text of a heading it moved to
-    the next page twice ("ExercisesExercises"). Bookmarks and headings are walked in order:
-    a bookmark that is its heading with a piece written twice takes the heading's text; one
-    that matches no heading near it keeps its own.
+    the next page twice ("ExercisesExercises"), one piece of text at a time when the
+    heading holds math. Bookmarks and headings are walked in order: a bookmark that is its
+    heading written that way (``pieces``: the heading's text between its formulas and the
+    formulas', see ``_written_as``), or with a piece written twice, takes the heading's
+    text; one that matches no heading near it keeps its own.
     """
     from pypdf import PdfWriter
     from pypdf.generic import NameObject, TextStringObject
@@ -473,13 +556,13 @@ def fix_bookmarks(path: Path, headings: list[str], bare: list[str] | None = None
     for item in items:
         title = str(item.get("/Title", ""))
         for j in range(next_heading, min(next_heading + 4, len(headings))):
-            if _squeeze(title) == _squeeze(headings[j]):
+            parts = pieces[j] if pieces else [headings[j]]
+            plain = _plain(parts)
+            if _squeeze(title) == _squeeze(plain):
                 next_heading = j + 1
                 break
-            # ``bare``: the heading without its math, which Chromium's bookmark leaves out.
-            plain = bare[j] if bare else headings[j]
-            if _squeezed_twice(title, headings[j]) or _squeezed_twice(title, plain):
-                item[NameObject("/Title")] = TextStringObject(headings[j])
+            if _written_as(title, parts) or _squeezed_twice(title, headings[j]):
+                item[NameObject("/Title")] = TextStringObject(plain)
                 changed += 1
                 next_heading = j + 1
                 break

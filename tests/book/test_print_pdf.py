@@ -38,3 +38,33 @@ def test_the_docstring_example_holds(print_pdf):
     tests = finder.find(print_pdf.shifted_pages, globs={"shifted_pages": print_pdf.shifted_pages})
     results = [doctest.DocTestRunner().run(t) for t in tests]
     assert results and all(r.failed == 0 and r.attempted > 0 for r in results)
+
+
+def test_the_mathjax_fonts_load_from_the_copy_at_the_sites_root(print_pdf, tmp_path):
+    """The printed copy sits one folder above the page it copies: the fonts' relative paths
+    are written from there, and addresses, data: URIs and paths from the root stay."""
+    style = ('src:url("../_vendor/mathjax/f.woff") url("data:font/woff;base64,AA") '
+             'url("https://example.org/f.woff") url("/f.woff")')
+    moved = print_pdf.moved_urls(style, tmp_path / "book", tmp_path)
+    assert moved == ('src:url("_vendor/mathjax/f.woff") url("data:font/woff;base64,AA") '
+                     'url("https://example.org/f.woff") url("/f.woff")')
+
+
+@pytest.mark.parametrize(("title", "written"), [
+    ("Top-k attention once k is large enough", True),  # as the heading reads
+    ("Top- attention once  is large enough", True),  # the formulas left out
+    # each piece twice
+    ("Top-Top- attention once  attention once  is large enough is large enough", True),
+    ("Top- attention once  is large is largeenough", True),  # a piece up to its line's end
+    ("Top-kk attention once k is large enough", False),  # a formula twice
+    ("Top- attention once", False),  # a piece missing
+    ("Top-k attention once k is large enoughTop-k attention once k is large enough", False),
+])
+def test_a_bookmark_is_its_heading_written_as_chromium_writes_it(print_pdf, title, written):
+    pieces = ["Top-", "k", " attention once ", "k", " is large enough"]
+    assert print_pdf._written_as(title, pieces) is written
+
+
+def test_a_bookmark_names_its_heading_as_the_text_layer_holds_it(print_pdf):
+    """MathJax's glyphs are not text in the PDF: a bookmark leaves the formulas out."""
+    assert print_pdf._plain(["Why divide by ", "dQK", "?"]) == "Why divide by ?"
