@@ -1,6 +1,6 @@
 """A quantised KV cache: keys and values kept as small integers and a scale per group.
 
-Symmetric ``b``-bit quantisation of a group ``x_1 .. x_g`` of numbers with one scale,
+Symmetric ``b``-bit quantisation of a group ``x_1 .. x_g`` of numbers with one scale::
 
     q_max = 2^(b-1) - 1,   s = max_i |x_i| / q_max,   q_i = round(x_i / s) in [-q_max, q_max],
     dq(q)_i = s q_i,       |x_i - dq(q)_i| <= s / 2,
