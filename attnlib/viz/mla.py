@@ -404,8 +404,9 @@ def trained_figure(d_latent: int = 32, steps: int = 100) -> go.Figure:
     """The trained explorer: loss against the fine-tuning budget for each ``d_L``; one marked.
 
     :func:`attnlib.viz.trained.dial_figure` of :func:`trained_table`, with the exact
-    ``d_L = 128`` as the control. ``d_L = 8`` and ``96`` ship no fine-tune: only
-    ``steps=0`` is offered there.
+    ``d_L = 128`` as the control. ``d_L = 8`` and ``96`` ship no fine-tune: the twin offers
+    only ``steps=0`` there, and the live explorer, whose controls move one at a time, draws
+    0 steps with a note in the title.
 
     Args:
         d_latent: ``d_L``, one of :data:`TRAINED_LATENTS`.

@@ -217,11 +217,11 @@ def dial_figure(table: pd.DataFrame, current: object, steps: int, *, setting: st
         raise ValueError(f"{setting} must be one of {list(table.index)}; got {current!r}")
     if steps not in BUDGETS:
         raise ValueError(f"steps must be one of {list(BUDGETS)}; got {steps!r}")
-    now = table.loc[current, budget_column(steps)]
-    if math.isnan(now):
-        done = [b for b in BUDGETS if not math.isnan(table.loc[current, budget_column(b)])]
-        raise ValueError(f"no model ships at {setting} = {current} after {steps} steps; "
-                         f"budgets there: {done}")
+    now, asked = table.loc[current, budget_column(steps)], steps
+    if math.isnan(now):  # no fine-tune ships here: the largest budget that does, and a note
+        steps = max(b for b in BUDGETS
+                    if b <= asked and not math.isnan(table.loc[current, budget_column(b)]))
+        now = table.loc[current, budget_column(steps)]
     scratch = scratch or {}
     x_of = {b: f"{b} steps" for b in BUDGETS}
     fig = make_subplots(rows=1, cols=2, column_widths=[0.64, 0.36], horizontal_spacing=0.12,
@@ -294,7 +294,10 @@ def dial_figure(table: pd.DataFrame, current: object, steps: int, *, setting: st
     style(fig, (f"{model}, {conversion} to {_label(setting, current)}, {steps} steps of "
                 f"uptraining: loss {now:.3f}, {versus}<br><sup>cache "
                 f"{int(table.loc[current, CACHE]):,} bytes per token; shaded: the source "
-                f"plus the spread of two seeds of the book recipe, {spread:.3f}</sup>"),
+                f"plus the spread of two seeds of the book recipe, {spread:.3f}"
+                + ("" if steps == asked else f"; no fine-tune ships at {_label(setting, current)}"
+                   f" after {asked} steps")
+                + "</sup>"),
           height=HEIGHT + 60)
     fig.update_layout(legend={"orientation": "h", "x": 0, "y": -0.22, "yanchor": "top"},
                       margin={"t": 110, "b": 140})
