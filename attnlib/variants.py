@@ -45,7 +45,10 @@ __all__ = ["ATTENTION", "register_attention"]
 Builder = Callable[..., nn.Module]
 
 ATTENTION: dict[str, Builder] = {}
-"""Every registered variant: name -> builder ``(d_model, n_heads, d_head, **options) -> module``."""
+"""Every registered variant: name -> builder ``(d_model, n_heads, d_head, **options) -> module``.
+
+:meta hide-value:
+"""
 
 
 def register_attention(name: str) -> Callable[[Builder], Builder]:

@@ -223,10 +223,10 @@ def dial_figure(table: pd.DataFrame, current: object, steps: int, *, setting: st
                     if b <= asked and not math.isnan(table.loc[current, budget_column(b)]))
         now = table.loc[current, budget_column(steps)]
     scratch = scratch or {}
-    x_of = {b: f"{b} steps" for b in BUDGETS}
+    x_of = {b: str(b) for b in BUDGETS}  # short categories: the figure fits a phone
     fig = make_subplots(rows=1, cols=2, column_widths=[0.64, 0.36], horizontal_spacing=0.12,
-                        subplot_titles=("held-out loss (nats per character)",
-                                        "cache bytes per token, all layers"))
+                        subplot_titles=("held-out loss, nats per character",
+                                        "cache, bytes per token"))
     palette = [COLORS["main"], OKABE_ITO["orange"], OKABE_ITO["bluish green"],
                OKABE_ITO["reddish purple"], OKABE_ITO["vermillion"], OKABE_ITO["sky blue"]]
     colors = {}
@@ -241,7 +241,7 @@ def dial_figure(table: pd.DataFrame, current: object, steps: int, *, setting: st
                 ys.append(loss)
         if len(xs) < 2 and not is_control:
             continue  # only the conversion: no budget line to draw
-        name = (f"{_label(setting, value)} (control: converts nothing)" if is_control
+        name = (f"{_label(setting, value)} (control)" if is_control
                 else _label(setting, value))
         fig.add_trace(go.Scatter(
             x=xs, y=rounded(ys, 3), mode="lines+markers", name=name,
@@ -252,8 +252,8 @@ def dial_figure(table: pd.DataFrame, current: object, steps: int, *, setting: st
     if scratch:
         keys = [v for v in table.index if v in scratch]
         fig.add_trace(go.Scatter(
-            x=["from scratch"] * len(keys), y=rounded([scratch[v] for v in keys], 3),
-            mode="markers", name="trained from scratch (same recipe as the source)",
+            x=["scratch"] * len(keys), y=rounded([scratch[v] for v in keys], 3),
+            mode="markers", name="from scratch",
             marker={"symbol": "square", "size": 10, "color": [colors[v] for v in keys],
                     "line": {"color": COLORS["marker"], "width": 1}},
             text=[_label(setting, v) for v in keys],
@@ -270,8 +270,7 @@ def dial_figure(table: pd.DataFrame, current: object, steps: int, *, setting: st
                   fillcolor=OKABE_ITO["sky blue"], opacity=0.35, row=1, col=1)
     fig.add_hline(y=rounded(source, 3), line={"color": COLORS["marker"],
                                               "dash": DASHES["held-out"], "width": 1},
-                  annotation_text=f"source {source:.3f}", annotation_position="top right",
-                  row=1, col=1)
+                  row=1, col=1)  # the source's loss, named in the title
     fig.add_trace(go.Bar(
         x=[str(v) for v in table.index], y=[int(v) for v in table[CACHE]],
         text=[f"{int(v):,}" for v in table[CACHE]], textposition="outside", showlegend=False,
@@ -283,9 +282,9 @@ def dial_figure(table: pd.DataFrame, current: object, steps: int, *, setting: st
     fig.update_yaxes(range=[rounded(min(losses + list(scratch.values())) - 0.1, 3),
                             rounded(max(losses) * 1.05, 3)], row=1, col=1)
     fig.update_yaxes(range=[0, int(table[CACHE].max() * 1.2)], row=1, col=2)
-    fig.update_xaxes(title_text="uptraining budget", type="category",
+    fig.update_xaxes(title_text="uptraining steps", type="category",
                      categoryorder="array",
-                     categoryarray=[x_of[b] for b in BUDGETS] + ["from scratch"],
+                     categoryarray=[x_of[b] for b in BUDGETS] + ["scratch"],
                      row=1, col=1)
     fig.update_xaxes(title_text=setting, type="category", row=1, col=2)
     ctrl = table.loc[control, budget_column(steps)]
@@ -293,8 +292,8 @@ def dial_figure(table: pd.DataFrame, current: object, steps: int, *, setting: st
               if current != control else f"{now - source:+.3f} against the source")
     style(fig, (f"{model}, {conversion} to {_label(setting, current)}, {steps} steps of "
                 f"uptraining: loss {now:.3f}, {versus}<br><sup>cache "
-                f"{int(table.loc[current, CACHE]):,} bytes per token; shaded: the source "
-                f"plus the spread of two seeds of the book recipe, {spread:.3f}"
+                f"{int(table.loc[current, CACHE]):,} bytes per token; dashed: the source, "
+                f"{source:.3f}; shaded: plus the spread of two seeds, {spread:.3f}"
                 + ("" if steps == asked else f"; no fine-tune ships at {_label(setting, current)}"
                    f" after {asked} steps")
                 + "</sup>"),
