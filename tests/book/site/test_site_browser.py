@@ -469,7 +469,7 @@ TEXT_ALTERNATIVES = """() => Array.from(document.querySelectorAll('.js-plotly-pl
         const label = drawing ? drawing.getAttribute('aria-label') || '' : '';
         const caption = gd.closest('figure')?.querySelector('figcaption .plotly-caption-text');
         const problems = [];
-        if (!/^Figure( \d+\.|:) /.test(label) || label.length < 20) {  // "Figure 3. ..."
+        if (!/^Figure( \\d+\\.|:) /.test(label) || label.length < 20) {  // "Figure 3. ..."
             problems.push(`figure ${i + 1}: label ${JSON.stringify(label)}`);
         }
         if (!caption || caption.textContent.trim().length < 20) {
