@@ -42,3 +42,24 @@ def randomise(module: torch.nn.Module, gen: torch.Generator) -> None:
             noise = torch.randn(p.shape, generator=gen, dtype=p.dtype).to(p.device)
             p.copy_(0.5 * noise + (1.0 if p.dim() == 1 else 0.0))
 
+
+@torch.no_grad()
+def hold_weights(model, hf) -> None:
+    """Copy a ``TinyDecoder``'s weights into a Hugging Face Llama-family causal LM of its
+    shape (Llama, Mistral): embeddings, norms, attention and SwiGLU. The norms' gains are
+    drawn in [0.5, 1.5] first, on both sides, so that gains of 1 hide nothing; Hugging Face
+    multiplies from the left, so ``q_proj.weight = W_Q.T``."""
+    hf.model.embed_tokens.weight.copy_(model.E)  # a tied lm_head shares this tensor
+    hf.model.norm.weight.uniform_(0.5, 1.5)
+    model.final_norm.g.copy_(hf.model.norm.weight)
+    for block, layer in zip(model.blocks, hf.model.layers, strict=True):
+        for norm, hf_norm in ((block.attn_norm, layer.input_layernorm),
+                              (block.ffn_norm, layer.post_attention_layernorm)):
+            hf_norm.weight.uniform_(0.5, 1.5)
+            norm.g.copy_(hf_norm.weight)
+        attn, mlp = layer.self_attn, layer.mlp
+        for W, linear in ((block.attn.W_Q, attn.q_proj), (block.attn.W_K, attn.k_proj),
+                          (block.attn.W_V, attn.v_proj), (block.attn.W_O, attn.o_proj),
+                          (block.ffn.W_gate, mlp.gate_proj), (block.ffn.W_up, mlp.up_proj),
+                          (block.ffn.W_down, mlp.down_proj)):
+            linear.weight.copy_(W.T)

@@ -23,6 +23,7 @@ from torch.testing import assert_close
 
 pytest.importorskip("transformers")  # the references; installed from requirements.txt
 
+from attnlib_testing import hold_weights
 from transformers import DeepseekV3Config, DynamicCache, LlamaConfig, LlamaForCausalLM
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import (
     DeepseekV3Attention,
@@ -268,21 +269,7 @@ def _llama_holding(model: TinyDecoder) -> LlamaForCausalLM:
         bos_token_id=None, eos_token_id=None, pad_token_id=0,  # generate never stops early
     )
     hf = LlamaForCausalLM(config).to(model.E.device).eval()
-    with torch.no_grad():
-        hf.model.embed_tokens.weight.copy_(model.E)  # lm_head shares this tensor
-        hf.model.norm.weight.uniform_(0.5, 1.5)
-        model.final_norm.g.copy_(hf.model.norm.weight)
-        for block, layer in zip(model.blocks, hf.model.layers, strict=True):
-            for norm, hf_norm in ((block.attn_norm, layer.input_layernorm),
-                                  (block.ffn_norm, layer.post_attention_layernorm)):
-                hf_norm.weight.uniform_(0.5, 1.5)
-                norm.g.copy_(hf_norm.weight)
-            attn, mlp = layer.self_attn, layer.mlp
-            for W, linear in ((block.attn.W_Q, attn.q_proj), (block.attn.W_K, attn.k_proj),
-                              (block.attn.W_V, attn.v_proj), (block.attn.W_O, attn.o_proj),
-                              (block.ffn.W_gate, mlp.gate_proj), (block.ffn.W_up, mlp.up_proj),
-                              (block.ffn.W_down, mlp.down_proj)):
-                linear.weight.copy_(W.T)
+    hold_weights(model, hf)
     assert hf.lm_head.weight is hf.model.embed_tokens.weight
     return hf
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from attnlib_testing import hold_weights
 from torch.testing import assert_close
 
 from attnlib import TinyDecoder, sliding_window_mask
@@ -128,15 +129,8 @@ def test_mistral_sliding_window_matches_hugging_face():
         attn_implementation="eager", bos_token_id=None, eos_token_id=None, pad_token_id=0,
     )
     hf = transformers.MistralForCausalLM(config).eval()
+    hold_weights(model, hf)
     with torch.no_grad():
-        hf.model.embed_tokens.weight.copy_(model.E)
-        for block, layer in zip(model.blocks, hf.model.layers, strict=True):
-            attn, mlp = layer.self_attn, layer.mlp
-            for W, linear in ((block.attn.W_Q, attn.q_proj), (block.attn.W_K, attn.k_proj),
-                              (block.attn.W_V, attn.v_proj), (block.attn.W_O, attn.o_proj),
-                              (block.ffn.W_gate, mlp.gate_proj), (block.ffn.W_up, mlp.up_proj),
-                              (block.ffn.W_down, mlp.down_proj)):
-                linear.weight.copy_(W.T)
         ids = torch.randint(1, 64, (2, 11))
         ours, theirs = model(ids), hf(input_ids=ids).logits
         assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
