@@ -29,9 +29,18 @@ def _catalogue_merges() -> int:
     raise AssertionError("' catalogue' should become one token within 200 merges")
 
 
-def _llama_estimate() -> float:
-    n, d = 128_256, 8_192
-    return math.sqrt(2 * math.log(n * (n - 1) / 2) / d)
+def _llama_estimate(m: float = 128_256 * 128_255 / 2) -> float:
+    """The leading-order largest |cos| of m cosines of width 8,192 (m: Llama 3's pairs)."""
+    return math.sqrt(2 * math.log(m) / 8_192)
+
+
+def _llama_next_terms(m: float) -> float:
+    """The same with the next terms of the expected largest of m Gaussians (Euler's 0.5772)."""
+    a = math.sqrt(2 * math.log(m))
+    return (a - (math.log(math.log(m)) + math.log(4 * math.pi)) / (2 * a) + 0.5772 / a) / 8_192**0.5
+
+
+PAIRS = 128_256 * 128_255 / 2
 
 
 @pytest.mark.parametrize(
@@ -44,6 +53,9 @@ def _llama_estimate() -> float:
         ("00.4", np.int64(_catalogue_merges())),
         ("00.5", _llama_estimate()),
         ("00.5", round(_llama_estimate(), 3)),
+        ("00.5", _llama_estimate(2 * PAIRS)),  # m = N_T (N_T - 1): |c| is large at either sign
+        ("00.5", _llama_next_terms(2 * PAIRS)),  # the solution's third column
+        ("00.5", _llama_next_terms(PAIRS)),
     ],
 )
 def test_right_answers_are_correct(label, answer, capsys):
@@ -69,6 +81,8 @@ def test_right_answers_are_correct(label, answer, capsys):
         ("00.5", math.sqrt(2 * math.log10(128_256 * 128_255 / 2) / 8_192), "natural logarithm"),
         ("00.5", [_llama_estimate()] * 2, "of shape (); got shape (2,)"),
         ("00.5", 0.5 * _llama_estimate(), "about 0.5 times too small"),
+        ("00.5", 0.07, "close, but not within the tolerance"),  # rounded to one digit
+        ("00.5", [_llama_estimate(2 * PAIRS)] * 2, "of shape (); got shape (2,)"),
     ],
 )
 def test_wrong_answers_get_the_right_hint(label, answer, hint, capsys):

@@ -7,7 +7,7 @@ from functools import lru_cache
 
 import torch
 
-from attnlib.exercises import checker, integer, numbers, scalar
+from attnlib.exercises import checker, compare, integer, numbers, scalar
 from attnlib.memory import LLAMA3_8B, LLAMA3_70B, MISTRAL_7B
 from attnlib.tokens import CORPUS, BPETokenizer
 
@@ -56,13 +56,30 @@ def _catalogue(answer: object) -> str | None:
             "first k at which it becomes one.")
 
 
-@numbers("00.5", rel=0.01, what="one number, the largest |cos| (a float)")
-def _closest_pair():
-    """Leading-order estimate of the largest |cos| among Llama 3 70B's random rows."""
+def _largest_gaussian(m: float) -> float:
+    """Expected largest of m independent N(0, 1), to the first three terms of its expansion."""
+    a = math.sqrt(2 * math.log(m))
+    return a - (math.log(math.log(m)) + math.log(4 * math.pi)) / (2 * a) + 0.5772 / a
+
+
+@checker("00.5")
+def _closest_pair(answer: object) -> str | None:
+    """Estimate of the largest absolute cosine among Llama 3 70B's random rows.
+
+    The exercise asks for the leading-order formula with m = N_T (N_T - 1) / 2 pairs. Its
+    refinements are right too: m = N_T (N_T - 1), twice the pairs, since a cosine can be large
+    at either sign, and the expansion with its next terms (the solution's third column), at
+    either m.
+    """
     n, d = LLAMA3_70B.vocab_size, LLAMA3_70B.d_model
     pairs = n * (n - 1) / 2
     expected = math.sqrt(2 * math.log(pairs) / d)
-    return scalar(expected), (
+    refined = [math.sqrt(2 * math.log(2 * pairs) / d)]
+    refined += [_largest_gaussian(m) / math.sqrt(d) for m in (pairs, 2 * pairs)]
+    what = "one number, the largest |cos| (a float)"
+    if any(compare(answer, scalar(x), rel=0.01, what=what) is None for x in refined):
+        return None
+    return compare(answer, scalar(expected), rel=0.01, what=what, mistakes=(
         (scalar(math.degrees(math.acos(expected))),
          "that is the angle in degrees; the question asks for the cosine."),
         (scalar(math.sqrt(2 * math.log(n) / d)),
@@ -70,4 +87,4 @@ def _closest_pair():
         (scalar(math.sqrt(2 * math.log10(pairs) / d)),
          "use the natural logarithm (math.log), not log10."),
         (scalar(2 * math.log(pairs) / d), "you forgot the square root."),
-    )
+    ))
