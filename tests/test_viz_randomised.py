@@ -90,6 +90,17 @@ def test_proposal_figure_and_twin():
     measured = [round(math.sqrt(e), 4) for e in table["E|y_hat - y|^2 (measured)"]]
     sketch_curve = next(t for t in fig.data if t.name == "measured, sketch")
     assert list(sketch_curve.y) == pytest.approx(measured, rel=1e-3)
+    from attnlib.viz.style import OKABE_ITO
+
+    pale = {OKABE_ITO["sky blue"], OKABE_ITO["yellow"]}
+    for trace in fig.data:  # every series legible: opaque, no pale colour, lines of 2 px or more
+        assert trace.opacity in (None, 1.0), trace.name
+        assert trace.marker.color not in pale, trace.name
+        if trace.type == "scatter" and "lines" in trace.mode:
+            assert trace.line.color not in pale and trace.line.width >= 2, trace.name
+    curves = [t for t in fig.data if (t.name or "").startswith("measured, ")]
+    assert len({t.line.color for t in curves}) == len({t.marker.symbol for t in curves}) == 4
+    assert max(curves, key=lambda t: t.line.width) is sketch_curve  # the chosen one bold
     twin = viz.twin(vr.proposal_figure, ("proposal", "sharpness"),
                     [("uniform", "flat"), ("sketch", "peaked")], m=16)
     assert len(twin.layout.sliders[0].steps) == 2

@@ -87,6 +87,22 @@ SHARPNESS: dict[str, float] = {"flat": 1.0, "peaked": 8.0}
 PROPOSALS: tuple[str, ...] = ("attention weights", "uniform", "key norms", "sketch")
 """The sampling distributions of the lesson: ``P`` itself (Monte Carlo) and three cheap ones."""
 
+# Each proposal's error curve in proposal_figure: its own colour (all opaque, none of the
+# palette's pale ones) and its own marker, so that colour is not the only signal.
+_PROPOSAL_COLORS: dict[str, str] = {
+    "attention weights": COLORS["main"],
+    "uniform": OKABE_ITO["bluish green"],
+    "key norms": OKABE_ITO["reddish purple"],
+    "sketch": OKABE_ITO["black"],
+}
+
+_PROPOSAL_SYMBOLS: dict[str, str] = {
+    "attention weights": "circle",
+    "uniform": "square",
+    "key norms": "triangle-up",
+    "sketch": "diamond",
+}
+
 SAMPLE_COUNTS: tuple[int, ...] = (1, 4, 16, 64)
 """The sample counts ``m`` of the explorer."""
 
@@ -333,19 +349,17 @@ def proposal_figure(
                          hovertemplate="rank %{x}<br>P = %{y:.4f}<extra></extra>"), row=1, col=1)
     fig.add_trace(go.Scatter(x=list(range(32)), y=rounded(rho[order], digits=4), mode="markers",
                              name=f"proposal ρ ({proposal})",
-                             marker={"color": OKABE_ITO["orange"], "symbol": "diamond", "size": 8},
+                             marker={"color": OKABE_ITO["orange"], "symbol": "diamond", "size": 9,
+                                     "line": {"color": OKABE_ITO["black"], "width": 1}},
                              hovertemplate="rank %{x}<br>ρ = %{y:.4f}<extra></extra>"),
                   row=1, col=1)
-    symbols = {"attention weights": "circle", "uniform": "square", "key norms": "triangle-up",
-               "sketch": "diamond"}
     for name, (errs, _, _, _) in curves.items():
-        chosen = name == proposal
+        chosen = name == proposal  # every curve opaque in its own colour; the chosen one bold
         fig.add_trace(go.Scatter(
             x=list(SAMPLE_COUNTS), y=rounded([math.sqrt(e) for e in errs], digits=4),
-            mode="lines+markers", name=f"measured, {name}", opacity=1.0 if chosen else 0.35,
-            line={"color": COLORS["main"] if chosen else OKABE_ITO["sky blue"],
-                  "width": 3 if chosen else 1},
-            marker={"symbol": symbols[name]},
+            mode="lines+markers", name=f"measured, {name}",
+            line={"color": _PROPOSAL_COLORS[name], "width": 4 if chosen else 2},
+            marker={"symbol": _PROPOSAL_SYMBOLS[name], "size": 10 if chosen else 7},
             hovertemplate=f"{name}<br>m = %{{x}}<br>rms error %{{y:.4f}}<extra></extra>"),
             row=1, col=2)
     for values, label, dash in ((first, "first order", DASHES["held-out"]),
