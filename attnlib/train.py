@@ -463,6 +463,23 @@ RECIPES: dict[str, Recipe] = {
         description="as 'book' (same data, steps and seeds), trained as MQA (G = 1) from "
                     "the start",
     ),
+    # MLA trained from the start with the 'book' recipe and its positions (decoupled RoPE,
+    # d_R = 8), at the cache of MQA (d_L + d_R = 32 numbers per token and layer, as 2 d_head)
+    # and at the cache of G = 2 (64): the from-scratch points of chapter 07.
+    "book-scratch-mla24": Recipe(
+        "book", {**_BOOK, "attention": "mla", "d_latent": 24, "d_rope": 8},
+        **_BOOK_TRAINING, weights_dtype="float16",
+        description="as 'book' (same data, steps and seeds), trained as MLA from the start: "
+                    "d_L = 24 and a decoupled RoPE key of d_R = 8, 32 cached numbers per "
+                    "token and layer, as many as MQA",
+    ),
+    "book-scratch-mla56": Recipe(
+        "book", {**_BOOK, "attention": "mla", "d_latent": 56, "d_rope": 8},
+        **_BOOK_TRAINING, weights_dtype="float16",
+        description="as 'book' (same data, steps and seeds), trained as MLA from the start: "
+                    "d_L = 56 and a decoupled RoPE key of d_R = 8, 64 cached numbers per "
+                    "token and layer, as many as GQA with G = 2",
+    ),
 }
 
 FINETUNES: dict[str, Finetune] = {

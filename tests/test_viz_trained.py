@@ -81,6 +81,25 @@ def test_scratch_table_lists_the_recipe_at_every_layout():
     assert table.loc["book", "above 'book'"] == 0
 
 
+def test_scratch_table_takes_the_mla_models_at_the_caches_of_g2_and_mqa():
+    names = [*vt.SCRATCH, *vt.SCRATCH_MLA]
+    table = vt.scratch_table(names)
+    assert list(table.index) == names
+    cached = table["numbers cached per token and layer"]
+    assert cached["book-scratch-mla56"] == cached["book-scratch-gqa2"] == 64
+    assert cached["book-scratch-mla24"] == cached["book-scratch-gqa1"] == 32
+    for name in vt.SCRATCH_MLA:
+        card = attnlib.pretrained.card(name)
+        config = card["config"]
+        assert config["attention"] == "mla"
+        assert config["d_latent"] + config["d_rope"] == cached[name]
+        assert card["recipe"]["steps"] == 2000 and card["data_seed"] == 1  # the book recipe
+        assert table.loc[name, vt.CACHE] == N_LAYERS * cached[name] * FLOAT32
+        assert table.loc[name, "loss"] == round(card["held_out"]["loss"], 3)
+    with pytest.raises(ValueError, match="names"):
+        vt.scratch_table(["book-gqa2"])
+
+
 def test_dial_table_is_computed_once_and_returned_as_a_copy():
     first = vg.trained_table()
     first.loc[2, "loss, 0 steps"] = -1.0

@@ -31,6 +31,7 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
+from attnlib._checks import check_choice
 from attnlib.viz.style import COLORS, DASHES, HEIGHT, OKABE_ITO, rounded, style
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "CACHE",
     "CONVERSIONS",
     "SCRATCH",
+    "SCRATCH_MLA",
     "SEEDS",
     "budget_column",
     "dial_figure",
@@ -66,6 +68,13 @@ SCRATCH: dict[str, str] = {
 }
 """The models trained from scratch with the ``book`` recipe (RoPE, same data and steps), by
 name, with the layout of their attention."""
+
+SCRATCH_MLA: dict[str, str] = {
+    "book-scratch-mla56": "MLA, d_L = 56, d_R = 8",
+    "book-scratch-mla24": "MLA, d_L = 24, d_R = 8",
+}
+"""MLA trained from scratch with the same recipe and positions (decoupled RoPE, ``d_R = 8``),
+at the caches of ``G = 2`` (``d_L + d_R = 64``) and of MQA (32)."""
 
 
 def budget_column(steps: int) -> str:
@@ -151,34 +160,49 @@ def dial_table(name: str, conversion: str, values: tuple[int, ...]) -> pd.DataFr
     return copy
 
 
-@lru_cache(maxsize=1)
-def _scratch_table() -> pd.DataFrame:
+def _cached_numbers(attn) -> int:
+    """Numbers one layer caches per token: ``2 G d_head``, or MLA's ``d_L + d_R``."""
+    if hasattr(attn, "d_latent"):
+        return attn.d_latent + attn.d_rope
+    return 2 * attn.n_kv_heads * attn.d_head
+
+
+@lru_cache(maxsize=4)
+def _scratch_table(names: tuple[str, ...]) -> pd.DataFrame:
     from attnlib import pretrained
 
+    layouts = {**SCRATCH, **SCRATCH_MLA}
     rows = {}
     base = _card_loss("book")
-    for name, layout in SCRATCH.items():
+    for name in names:
         card = pretrained.card(name)
         model = pretrained.load(name)
-        attn = model.blocks[0].attn
-        cached = 2 * attn.n_kv_heads * attn.d_head
-        rows[name] = {"attention": layout, "numbers cached per token and layer": cached,
+        rows[name] = {"attention": layouts[name],
+                      "numbers cached per token and layer": _cached_numbers(model.blocks[0].attn),
                       CACHE: _cache_bytes(model), "parameters": card["parameters"],
                       "loss": round(card["held_out"]["loss"], 3),
                       "above 'book'": round(card["held_out"]["loss"] - base, 3)}
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("model")
 
 
-def scratch_table() -> pd.DataFrame:
-    """The models trained from scratch with the ``book`` recipe (:data:`SCRATCH`).
+def scratch_table(names: tuple[str, ...] | list[str] | None = None) -> pd.DataFrame:
+    """The models trained from scratch with the ``book`` recipe.
 
-    One row per model: its attention layout, the numbers it caches per token and layer
-    (``2 G d_head``), the cache bytes per token (measured), its parameters, its held-out loss on
+    ``names`` are keys of :data:`SCRATCH` and :data:`SCRATCH_MLA`; the default is
+    :data:`SCRATCH` (the grouped layouts of lesson 06). One row per model: its attention
+    layout, the numbers it caches per token and layer (``2 G d_head``, or ``d_L + d_R``), the
+    cache bytes per token (measured), its parameters, its held-out loss on
     :func:`attnlib.train.eval_set` (from its card, 3 decimals) and that loss minus the
     ``book`` model's. All were trained with the same data, steps and optimiser, with RoPE;
     ``book`` and ``book-seed1`` differ only in the initial seed. A copy is returned.
+
+    >>> list(scratch_table(["book", "book-scratch-mla24"])["numbers cached per token and layer"])
+    [128, 32]
     """
-    return _scratch_table().copy()
+    names = tuple(SCRATCH if names is None else names)
+    for name in names:
+        check_choice("names", name, [*SCRATCH, *SCRATCH_MLA])
+    return _scratch_table(names).copy()
 
 
 def _label(setting: str, value: object) -> str:
