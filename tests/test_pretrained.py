@@ -54,6 +54,17 @@ def test_float16_weights_change_no_printed_number():
         assert "8,192" in card["evaluation_set"]
 
 
+def test_every_card_names_its_recipe_seeds_steps_and_evaluation_set():
+    cards = pretrained._cards()
+    assert len(cards) == len(MODELS) + len(VARIANTS)
+    for card in cards.values():
+        for key in ("recipe", "seed", "steps", "evaluation_set", "train_cpu_seconds",
+                    "parameters", "held_out"):
+            assert key in card, (card["name"], key)
+        assert card["recipe"]["data_seed"] in (1, 2), card["name"]  # the seed of the batches
+        assert card["evaluation_set"] == train.evaluation_set(card.get("base", card["name"]))
+
+
 def test_every_book_model_reports_the_one_evaluation_set():
     ids, targets = train.eval_set()
     assert ids.shape == (64, 128) and int((targets != -100).sum()) == 8192
