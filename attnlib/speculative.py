@@ -170,7 +170,7 @@ def speculative_generate(target, draft, ids: torch.Tensor, max_new_tokens: int, 
         check_tensor("ids", ids, min_dim=1, floating=False)
         check_nonnegative_int("max_new_tokens", max_new_tokens)
         check_positive_int("k", k)
-        if ids.dim() == 2 and ids.shape[0] != 1 or ids.dim() > 2 or ids.shape[-1] < 1:
+        if (ids.dim() == 2 and ids.shape[0] != 1) or ids.dim() > 2 or ids.shape[-1] < 1:
             raise ValueError(f"ids must be one prompt, (1, N) or (N,) with N >= 1; got "
                              f"{tuple(ids.shape)}")
         if target.E.shape[0] != draft.E.shape[0]:

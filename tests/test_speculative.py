@@ -49,7 +49,7 @@ def test_random_models_greedy_and_a_one_token_prompt():
         for k in (1, 2, 5):
             res = speculative_generate(target, draft, prompt, 17, k=k)
             assert torch.equal(res.ids, target.generate(prompt.reshape(1, -1), 17).reshape(
-                prompt.shape[:-1] + (-1,)))
+                (*prompt.shape[:-1], -1)))
 
 
 def _l1_bound(m: int, n: int, delta: float) -> float:
