@@ -20,6 +20,8 @@ Modules, one concept each (the chapter that explains it in brackets):
 - ``paged``      a paged KV cache: blocks, a free list, block tables      (11)
 - ``batching``   continuous batching over paged caches                   (11)
 - ``quant``      an int8/int4 quantised KV cache and its errors          (11)
+- ``speculative`` speculative decoding: a draft proposes, the target checks (11)
+- ``streaming``  a rolling KV cache with attention sinks                 (11)
 - ``norms``      LayerNorm and RMSNorm                                   (04)
 - ``variants``   the attention variants a block builds, by name          (04, 06, 07)
 - ``layers``     feed-forward, transformer blocks, ``TinyDecoder``        (04, 05)

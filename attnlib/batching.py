@@ -24,7 +24,7 @@ returns each request's tokens with the counts; :func:`static_batching_counts` co
 same requests under static batching, in closed form. The figure of merit is *tokens per
 forward pass*: real tokens (prompt and generated) processed per pass.
 
-Lesson: 05_kv_cache (decoding with a cache; a serving chapter is not written yet).
+Lesson: 11_serving (05_kv_cache for the cache itself).
 """
 
 from __future__ import annotations

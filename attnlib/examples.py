@@ -26,7 +26,7 @@ import torch
 
 from attnlib._checks import check_positive_int
 
-__all__ = ["D_IN", "KEYS", "TOKENS", "VALUES", "WIDE", "draw_layer"]
+__all__ = ["D_IN", "KEYS", "SERVING_REQUESTS", "TOKENS", "VALUES", "WIDE", "draw_layer"]
 
 KEYS = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0], [1.0, 1.0]])
 """Lesson 01's toy database: its keys ``k_0, ..., k_4`` (rows), ``N_KV = 5``, ``d_QK = 2``."""
@@ -34,6 +34,9 @@ KEYS = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0], [1.0, 1.0
 VALUES = torch.tensor([[0.0, 0.0], [4.0, 0.0], [4.0, 3.0], [1.0, 4.0], [3.0, 1.0]])
 """Lesson 01's toy database: its values ``v_0, ..., v_4`` (rows), ``d_V = 2``; ``v_4`` lies
 inside the convex hull of the other four."""
+
+SERVING_REQUESTS = ((5, 12, 0), (17, 4, 0), (3, 20, 1), (11, 6, 3), (8, 9, 4), (2, 15, 6))
+"""Lesson 11's six requests: (prompt characters, characters to generate, arrival step)."""
 
 D_IN = 16
 """Lesson 03's toy layer: the input width ``d_in``."""

@@ -24,7 +24,7 @@ layer's pools ``K_pool, V_pool`` of shape ``(n_blocks, G, s, d)`` and implements
 numbers of tokens (continuous batching, :mod:`attnlib.batching`), :meth:`PagedKVCache.select`
 names the sequence of each row and how many of its new rows are real.
 
-Lesson: 05_kv_cache (decoding with a cache; a serving chapter is not written yet).
+Lesson: 11_serving (05_kv_cache for the cache itself).
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ class PagedKVCache(Cache):
         >>> cache.nbytes   # 4 blocks * 2 tensors * (1 * 4 * 3) numbers * 4 bytes
         384
 
-    Lesson: 05_kv_cache (decoding with a cache).
+    Lesson: 11_serving.
     """
 
     fields = ("K", "V")

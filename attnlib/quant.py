@@ -26,7 +26,7 @@ shows it is a measurement, not a given).
 :func:`quantised_loss` the held-out loss of a model reading its cache quantised, against
 the bytes held.
 
-Lesson: 05_kv_cache (decoding with a cache; a serving chapter is not written yet).
+Lesson: 11_serving (05_kv_cache for the cache itself).
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ class QuantKVCache(Cache):
         >>> cache.nbytes   # K: 8 ints at 4 bits, 4 scales, 1 float token; V: 12 ints, 3 scales
         60
 
-    Lesson: 05_kv_cache (decoding with a cache).
+    Lesson: 11_serving.
     """
 
     fields = ("K", "V")

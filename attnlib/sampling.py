@@ -19,7 +19,7 @@ Each warper equals the Hugging Face logits processor of the same name
 (``TemperatureLogitsWarper``, ``TopKLogitsWarper``, ``TopPLogitsWarper``,
 ``MinPLogitsWarper``) on the same logits, ties included.
 
-Lesson: 05_kv_cache (decoding with a cache; a serving chapter is not written yet).
+Lesson: 11_serving (05_kv_cache for the cache itself).
 """
 
 from __future__ import annotations

@@ -458,6 +458,14 @@ RECIPES: dict[str, Recipe] = {
         description="as 'book' (same data, steps and seeds), trained as GQA with G = 2 "
                     "from the start",
     ),
+    # The draft of speculative decoding (chapter 11): the same data and steps, a model
+    # about a tenth of the size, so that proposing a character costs little.
+    "book-draft": Recipe(
+        "book", {"d_model": 64, "n_layers": 2, "n_heads": 4, "d_head": 16, "d_ff": 128,
+                 "seed": 0}, **_BOOK_TRAINING, weights_dtype="float16",
+        description="a small draft of 'book' for speculative decoding: 2 layers of width 64 "
+                    "(4 heads of width 16), the same data, steps and seeds",
+    ),
     "book-scratch-gqa1": Recipe(
         "book", {**_BOOK, "n_kv_heads": 1}, **_BOOK_TRAINING, weights_dtype="float16",
         description="as 'book' (same data, steps and seeds), trained as MQA (G = 1) from "

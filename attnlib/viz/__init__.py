@@ -10,7 +10,8 @@ per chapter.
   :mod:`attnlib.viz.masks` (lesson 04), :mod:`attnlib.viz.kvcache` (lesson 05),
   :mod:`attnlib.viz.gqa` (lesson 06), :mod:`attnlib.viz.mla` (lesson 07),
   :mod:`attnlib.viz.rope` (lesson 08), :mod:`attnlib.viz.frontier` (lesson 09),
-  :mod:`attnlib.viz.randomised` (lesson 10); :mod:`attnlib.viz.trained`, the trained-model
+  :mod:`attnlib.viz.randomised` (lesson 10), :mod:`attnlib.viz.serving` (lesson 11);
+  :mod:`attnlib.viz.trained`, the trained-model
   dial that lessons 06 and 07 share.
 
 Example:
@@ -31,6 +32,7 @@ from attnlib.viz import (
     mla,
     randomised,
     rope,
+    serving,
     softmax,
     tokens,
     trained,
@@ -72,6 +74,7 @@ __all__ = [
     "mla",
     "randomised",
     "rope",
+    "serving",
     "softmax",
     "tokens",
     # shared by two chapters

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-TRAINED = ("05_kv_cache", "06_gqa", "07_mla", "08_rope", "09_frontier")
+TRAINED = ("05_kv_cache", "06_gqa", "07_mla", "08_rope", "09_frontier", "11_serving")
 
 # Ways to reach held-out book text other than the one evaluation set.
 OTHER_SETS = [
