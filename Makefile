@@ -44,7 +44,7 @@ help:
 	@echo "make serve      build, then serve it at http://127.0.0.1:$(PORT)"
 	@echo "make lab        JupyterLab on the lessons"
 	@echo "make execute    run lessons top to bottom and save their outputs (NB=path for one)"
-	@echo "make models     re-train every model attnlib ships (attnlib/weights; about 25 minutes)"
+	@echo "make models     re-train every model attnlib ships (attnlib/weights; about 55 minutes of CPU time, one thread)"
 	@echo "make test       ruff, pytest, nbval, book build, standalone lessons, PDF, browser, actionlint"
 	@echo "make test-lib   the fast part: ruff, pytest (no site checks), doctests"
 	@echo "                 (the other parts of make test: test-nbval, test-book, test-standalone,"
