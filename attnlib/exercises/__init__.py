@@ -288,5 +288,6 @@ from attnlib.exercises import (  # noqa: E402, F401
     lesson_08,
     lesson_09,
     lesson_10,
+    lesson_12,
 )
 from attnlib.exercises.implement import NotImplementedYetError  # noqa: E402
