@@ -355,14 +355,16 @@ def attention_figure(prompt: str = PROMPTS[0], layer: int = 0, head: int = 0) ->
     j_max = int(P[-1].argmax())
     fig = go.Figure(go.Heatmap(
         z=z, x=list(range(N)), y=list(range(N)), zmin=0, zmax=1, colorscale="Blues",
-        colorbar={"title": {"text": "weight"}, "thickness": 12},
+        colorbar={"title": {"text": "weight", "side": "right"}, "thickness": 12},
         hovertemplate="query %{y}, key %{x}: %{z}<extra></extra>"))
     fig.add_shape(type="rect", x0=-0.5, x1=N - 0.5, y0=N - 1.5, y1=N - 0.5,
                   line={"color": COLORS["reference"], "width": 2})
-    ticks = {"tickmode": "array", "tickvals": list(range(N)), "ticktext": chars,
-             "showgrid": False, "tickfont": {"size": 11}}
-    fig.update_xaxes(**ticks, tickangle=0, title_text="key (character, position)")
-    fig.update_yaxes(**ticks, autorange="reversed", title_text="query")
+    ticks = {"tickmode": "array", "tickvals": list(range(N)), "showgrid": False,
+             "tickfont": {"size": 11}}
+    fig.update_xaxes(**ticks, ticktext=[show_char(c) for c in t.chars], tickangle=0,
+                     title_text="key")
+    fig.update_yaxes(**ticks, ticktext=chars, autorange="reversed",
+                     title_text="query (character, position)")
     style(fig, f"Layer {layer}, head {head}: the last query puts {float(P[-1, j_max]):.3f} on "
                f"'{show_char(t.chars[j_max])}' at position {j_max}", height=HEIGHT + 80)
     return fig
