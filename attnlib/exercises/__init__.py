@@ -289,5 +289,6 @@ from attnlib.exercises import (  # noqa: E402, F401
     lesson_09,
     lesson_10,
     lesson_11,
+    lesson_12,
 )
 from attnlib.exercises.implement import NotImplementedYetError  # noqa: E402

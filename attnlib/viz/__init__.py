@@ -11,8 +11,8 @@ per chapter.
   :mod:`attnlib.viz.gqa` (lesson 06), :mod:`attnlib.viz.mla` (lesson 07),
   :mod:`attnlib.viz.rope` (lesson 08), :mod:`attnlib.viz.frontier` (lesson 09),
   :mod:`attnlib.viz.randomised` (lesson 10), :mod:`attnlib.viz.serving` (lesson 11);
-  :mod:`attnlib.viz.trained`, the trained-model
-  dial that lessons 06 and 07 share.
+  :mod:`attnlib.viz.trained`, the trained-model dial that lessons 06 and 07 share;
+  :mod:`attnlib.viz.walk`, one token through the trained ``book`` model (lesson 12).
 
 Example:
     >>> import attnlib
@@ -36,6 +36,7 @@ from attnlib.viz import (
     softmax,
     tokens,
     trained,
+    walk,
 )
 from attnlib.viz.explore import explorer, twin
 from attnlib.viz.style import (
@@ -79,4 +80,6 @@ __all__ = [
     "tokens",
     # shared by two chapters
     "trained",
+    # the walk of one token through the trained model
+    "walk",
 ]
