@@ -301,3 +301,16 @@ def test_jupyterlab_renders_myst() -> None:
                 "disabledExtensions", {}
             )
             assert not disabled.get("jupyterlab-myst"), f"{page_config} disables jupyterlab-myst"
+
+
+def test_the_bibliography_parses_and_every_entry_is_closed():
+    """The book build reads book/references.bib with pybtex; a syntax error there fails the
+    whole build, so catch it here, with the line, before a build is tried."""
+    from pybtex.database import parse_file
+
+    path = Path(__file__).resolve().parents[2] / "book" / "references.bib"
+    entries = parse_file(str(path)).entries
+    text = path.read_text(encoding="utf-8")
+    assert len(entries) == len(re.findall(r"^@\w+\{", text, re.M))
+    for key, entry in entries.items():
+        assert "title" in entry.fields and "year" in entry.fields, key
