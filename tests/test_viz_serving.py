@@ -40,3 +40,12 @@ def test_twin_steps_through_every_pass():
     values = [(k, n) for k in range(len(vs.schedule())) for n in (0, 4)]
     fig = attnlib.viz.twin(vs.schedule_figure, ("step", "n_sink"), values)
     assert len(fig.layout.sliders[0].steps) == len(values)
+
+
+def test_every_control_shows_in_the_title():
+    """The site's control test compares a figure's traces and title: the sinks control must
+    change what it sees at every step, the first included (where nothing is evicted yet)."""
+    last = len(vs.schedule()) - 1
+    for step in (0, last):
+        titles = {vs.schedule_figure(step, n).layout.title.text for n in (0, 4)}
+        assert len(titles) == 2, step

@@ -103,6 +103,6 @@ def schedule_figure(step: int = 0, n_sink: int = 4, *, window: int = 8) -> go.Fi
     joined = ", ".join(f"r{r}" for r in s["joined"]) or "none"
     left = ", ".join(f"r{r}" for r in s["finished"]) or "none"
     style(fig, f"pass {step}: running {running}<br><sup>joined: {joined}; done after this "
-               f"pass: {left}; grey: evicted or released</sup>", height=HEIGHT + 120)
+               f"pass: {left}; sinks: {n_sink}</sup>", height=HEIGHT + 120)
     fig.update_layout(margin={"t": 130, "l": 60, "r": 30, "b": 60})
     return fig
