@@ -160,13 +160,6 @@ def dial_table(name: str, conversion: str, values: tuple[int, ...]) -> pd.DataFr
     return copy
 
 
-def _cached_numbers(attn) -> int:
-    """Numbers one layer caches per token: ``2 G d_head``, or MLA's ``d_L + d_R``."""
-    if hasattr(attn, "d_latent"):
-        return attn.d_latent + attn.d_rope
-    return 2 * attn.n_kv_heads * attn.d_head
-
-
 @lru_cache(maxsize=4)
 def _scratch_table(names: tuple[str, ...]) -> pd.DataFrame:
     from attnlib import pretrained
@@ -177,9 +170,10 @@ def _scratch_table(names: tuple[str, ...]) -> pd.DataFrame:
     for name in names:
         card = pretrained.card(name)
         model = pretrained.load(name)
-        rows[name] = {"attention": layouts[name],
-                      "numbers cached per token and layer": _cached_numbers(model.blocks[0].attn),
-                      CACHE: _cache_bytes(model), "parameters": card["parameters"],
+        cache_bytes = _cache_bytes(model)  # measured: 2 G d_head, or MLA's d_L + d_R, a layer
+        cached = cache_bytes // (len(model.blocks) * model.E.element_size())
+        rows[name] = {"attention": layouts[name], "numbers cached per token and layer": cached,
+                      CACHE: cache_bytes, "parameters": card["parameters"],
                       "loss": round(card["held_out"]["loss"], 3),
                       "above 'book'": round(card["held_out"]["loss"] - base, 3)}
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("model")
