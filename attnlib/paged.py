@@ -108,9 +108,10 @@ class BlockAllocator:
 
     def slots(self, seq: object, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``(block, offset)`` of tokens ``start .. start + n - 1`` of ``seq``."""
-        t = torch.arange(start, start + n)
-        table = torch.tensor(self.tables[seq], dtype=torch.long)
-        return table[t // self.block_size], t % self.block_size
+        table, size = self.tables[seq], self.block_size
+        tokens = range(start, start + n)
+        return (torch.tensor([table[t // size] for t in tokens], dtype=torch.long),
+                torch.tensor([t % size for t in tokens], dtype=torch.long))
 
     def __repr__(self) -> str:
         return (f"BlockAllocator(n_blocks={self.n_blocks}, block_size={self.block_size}, "
@@ -233,17 +234,27 @@ class PagedKVCache(Cache):
             return None
         return self._gather(pool, self._seqs, self._n)
 
-    def _gather(self, pool: torch.Tensor, seqs: list, width: int) -> torch.Tensor:
-        """``(B, G, width, d)``: each sequence's blocks end to end, zero past its length."""
-        s = self.block_size
-        n_b = max(1, math.ceil(width / s))
-        tables = torch.zeros(len(seqs), n_b, dtype=torch.long)
-        for b, seq in enumerate(seqs):
-            t = self.allocator.tables[seq][:n_b]
-            tables[b, : len(t)] = torch.tensor(t, dtype=torch.long)
-        X = pool[tables.to(pool.device)]  # (B, n_b, G, s, d): the gather through the table
-        B, _, G, _, d = X.shape
-        X = X.permute(0, 2, 1, 3, 4).reshape(B, G, n_b * s, d)[:, :, :width]
+    def _tables(self, seqs: list, width: int, device: torch.device) -> torch.Tensor:
+        """``(B, ceil(width / s))``: the first blocks of each sequence's table (0 past its
+        end), as the index of the gather; built once per append, for keys and values."""
+        n_b = max(1, math.ceil(width / self.block_size))
+        rows = [self.allocator.tables[seq][:n_b] for seq in seqs]
+        tables = torch.tensor([t + [0] * (n_b - len(t)) for t in rows], dtype=torch.long)
+        return tables.to(device)
+
+    def _gather(self, pool: torch.Tensor, seqs: list, width: int,
+                tables: torch.Tensor | None = None, *, full: bool = False) -> torch.Tensor:
+        """``(B, G, width, d)``: each sequence's blocks end to end, zero past its length
+        (``full``: every sequence holds at least ``width`` tokens, nothing to zero)."""
+        if tables is None:
+            tables = self._tables(seqs, width, pool.device)
+        # The gather through the table, with the heads first so that laying the blocks end
+        # to end is a view: (G, B, n_b, s, d) -> (G, B, n_b s, d) -> (B, G, width, d).
+        X = pool.transpose(0, 1)[:, tables]
+        G, B, n_b, s, d = X.shape
+        X = X.reshape(G, B, n_b * s, d).transpose(0, 1)[:, :, :width]
+        if full:
+            return X
         lengths = torch.tensor([self.allocator.lengths[q] for q in seqs], device=pool.device)
         short = torch.arange(width, device=pool.device) >= lengths[:, None]  # (B, width)
         if short.any():
@@ -264,21 +275,30 @@ class PagedKVCache(Cache):
         n_new = [N] * B if self._n_new is None else self._n_new
         width = self._n
         uniform = self._n_new is None and all(x == width for x in self.lengths)
-        held = [self._gather(self._held[f], self._seqs, width) for f in self.fields]
+        if not uniform:  # the rows held before this append, each zero past its length
+            held = [self._gather(self._held[f], self._seqs, width) for f in self.fields]
         for b, (seq, c) in enumerate(zip(self._seqs, n_new, strict=True)):
             if c == 0:
                 continue
             start = self.allocator.lengths[seq]
             self.allocator.reserve(seq, c)
-            blocks, offsets = self.allocator.slots(seq, start, c)
-            blocks, offsets = blocks.to(K.device), offsets.to(K.device)
-            for pool, T in ((self._held["K"], K), (self._held["V"], V)):
-                pool[blocks, :, offsets, :] = T[b, :, N - c:, :].transpose(0, 1)  # (c, G, d)
+            table, s = self.allocator.tables[seq], self.block_size
+            t = start  # token t goes to block table[t // s], offset t mod s, a block at a time
+            while t < start + c:
+                block, offset = table[t // s], t % s
+                n = min(s - offset, start + c - t)  # the tokens that fit in this block
+                rows = slice(N - c + t - start, N - c + t - start + n)
+                self._held["K"][block, :, offset:offset + n] = K[b, :, rows]
+                self._held["V"][block, :, offset:offset + n] = V[b, :, rows]
+                t += n
             self.allocator.advance(seq, c)
         self._n = self._held_width()
-        if uniform:  # every row holds the same tokens: [held | new], as a contiguous cache
-            return (torch.cat((held[0], K), dim=-2) if width else K,
-                    torch.cat((held[1], V), dim=-2) if width else V)
+        if uniform:  # every row holds the same tokens, the new ones written: one gather each
+            if not width:
+                return K, V
+            tables = self._tables(self._seqs, self._n, K.device)
+            return tuple(self._gather(self._held[f], self._seqs, self._n, tables, full=True)
+                         for f in self.fields)
         pad = torch.arange(N, device=K.device) < N - torch.tensor(n_new, device=K.device)[:, None]
         pad = pad[:, None, :, None]  # (B, 1, N, 1): the left pads of the new rows
         return (torch.cat((held[0], K.masked_fill(pad, 0.0)), dim=-2),

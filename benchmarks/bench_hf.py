@@ -29,17 +29,19 @@ from attnlib.layers import TinyDecoder
 PROMPT_LEN = 8
 
 
-def llama_twin(model: TinyDecoder) -> LlamaForCausalLM:
-    """A ``LlamaForCausalLM`` of ``model``'s shape, holding ``model``'s weights."""
-    cfg = bench_decode.CONFIG
+def llama_twin(model: TinyDecoder, pad_token_id: int | None = None) -> LlamaForCausalLM:
+    """A ``LlamaForCausalLM`` of ``model``'s shape (a grouped-query TinyDecoder with RoPE and
+    tied embeddings), holding ``model``'s weights."""
+    attn, ffn = model.blocks[0].attn, model.blocks[0].ffn
     config = LlamaConfig(
-        vocab_size=cfg["vocab_size"], hidden_size=cfg["d_model"],
-        num_hidden_layers=cfg["n_layers"], num_attention_heads=cfg["n_heads"],
-        num_key_value_heads=cfg["n_heads"], intermediate_size=cfg["d_ff"], hidden_act="silu",
+        vocab_size=model.vocab_size, hidden_size=model.d_model,
+        num_hidden_layers=model.n_layers, num_attention_heads=attn.n_heads,
+        num_key_value_heads=attn.n_kv_heads, head_dim=attn.d_head,
+        intermediate_size=ffn.d_ff, hidden_act="silu",
         rms_norm_eps=1e-6,  # attnlib's RMSNorm default
-        rope_theta=10000.0,  # TinyDecoder's default base; both pair (i, i + d/2)
+        rope_theta=attn.rope_base,  # both pair channels (i, i + d/2)
         tie_word_embeddings=True, max_position_embeddings=4096,
-        bos_token_id=None, eos_token_id=None, pad_token_id=None,  # never stop early
+        bos_token_id=None, eos_token_id=None, pad_token_id=pad_token_id,  # never stop early
     )
     hf = LlamaForCausalLM(config).to(model.E.device).eval()
     ported = {}

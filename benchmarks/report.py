@@ -120,6 +120,47 @@ def rows(results: dict) -> list[tuple[str, ...]]:
     out.append(("MLA step: expanded / absorbed", case, _time(s["expanded"]),
                 _time(s["absorbed"]), f"{a['expanded_over_absorbed']:.2f}x", "",
                 f"cache {_bytes(cache['expanded'])} vs {_bytes(cache['latent'])}"))
+    out.extend(_serving_rows(results))
+    return out
+
+
+def _serving_rows(results: dict) -> list[tuple[str, ...]]:
+    """Chapter 11's rows: paged decoding, batching, speculative decoding, quantised caches."""
+    v = results["serving"]
+    out = []
+    p = v["paged"]
+    per = p["seconds_per_token"]
+    out.append(("serving: paged / contiguous cache", f"{p['new_tokens']} new",
+                f"{_time(per['paged'])}/tok", f"{_time(per['contiguous'])}/tok",
+                f"{p['paged_over_contiguous']:.2f}x",
+                _target(results, "paged_over_contiguous", new_tokens=p["new_tokens"]),
+                _tokens(p["tokens_identical"])))
+    b = v["batching"]
+    c, st = b["counts"]["continuous"], b["counts"]["static"]
+    out.append(("serving: continuous / static batching", f"{b['requests']} requests",
+                f"{c['tokens_per_pass']:.2f} tok/pass", f"{st['tokens_per_pass']:.2f} tok/pass",
+                f"{b['continuous_over_static']:.2f}x", "",
+                f"{c['forward_passes']} vs {st['forward_passes']} passes; "
+                + ("outputs = alone" if b["outputs_identical"] else "OUTPUTS DIFFER")))
+    for r in v["speculative"]:
+        sec = r["seconds"]
+        out.append(("serving: speculative / plain greedy", f"k={r['k']}",
+                    _time(sec["speculative"]), _time(sec["plain"]),
+                    f"{r['speculative_over_plain']:.2f}x", "",
+                    f"kept {r['acceptance_rate']:.2f}, {r['target_passes_per_token']:.3f} "
+                    "target passes/tok" + ("" if r["tokens_identical"] else ", TOKENS DIFFER")))
+    for r in v["quantised"][1:]:
+        float_bytes = v["quantised"][0]["cache_bytes"]
+        out.append(("serving: quantised / float cache", r["setting"], _bytes(r["cache_bytes"]),
+                    _bytes(float_bytes), f"{r['bytes_over_float']:.3f}x", "",
+                    f"loss {r['loss']:.4f} ({r['loss_minus_float']:+.4f})"))
+    h = v["hf_quantised"]
+    agree = ("HF float = attnlib float" if h["float_agrees"] else "FLOAT LOSSES DIFFER")
+    for r in h["rows"]:
+        out.append((f"serving: HF QuantizedCache ({h['backend']})",
+                    f"int{r['nbits']}, axis_key {r['axis_key']}, axis_value {r['axis_value']}",
+                    "", f"loss {r['loss']:.4f}", f"{r['loss_minus_float']:+.4f} nats", "",
+                    f"float {h['float_loss']:.4f}; {agree}"))
     return out
 
 
@@ -149,6 +190,25 @@ def notes(results: dict) -> list[str]:
         f"d_L {a['d_latent']}, no query latent, no RoPE) with N tokens cached, one new token; "
         "absorbed = absorbed=True, rebuilt = absorbed=False (K_h, V_h formed again), expanded "
         "= the same layer as MHA caching K_h and V_h; outputs compared with expanded.",
+        f"serving: the trained {results['serving']['model']} model (4 layers, width 128, "
+        f"4 heads of 16, RoPE, float32) on prompts from the evaluation set; paged: greedy "
+        f"decoding from a {results['serving']['paged']['prompt_tokens']}-character prompt "
+        f"through PagedKVCache (blocks of {results['serving']['paged']['block_size']}) against "
+        "the preallocated contiguous caches of generate, time per new token; batching: "
+        f"{results['serving']['batching']['requests']} seeded requests (prompts of 2-40, "
+        "outputs of 4-48 characters, staggered arrivals), at most "
+        f"{results['serving']['batching']['max_batch']} at once, prefill chunks of "
+        f"{results['serving']['batching']['chunk']}, real tokens per forward pass (a count); "
+        f"speculative: {results['serving']['draft']} proposes k characters, greedy, time for "
+        f"{results['serving']['speculative'][0]['new_tokens']} new characters; quantised: "
+        f"held-out loss over {results['serving']['eval_rows']} windows of the evaluation set, "
+        "the control float32 first; HF QuantizedCache: the same weights in LlamaForCausalLM "
+        "decoding the same windows one character at a time through "
+        f"QuantizedCache(\"{results['serving']['hf_quantised']['backend']}\") (optimum-quanto "
+        f"{results['serving']['hf_quantised']['optimum_quanto']}, groups of "
+        f"{results['serving']['hf_quantised']['q_group_size']}, residual_length "
+        f"{results['serving']['hf_quantised']['residual_length']}), loss minus the same "
+        "decoding through a DynamicCache (its float loss, checked against attnlib's).",
         "times: medians over interleaved repeats.",
     ]
 
@@ -176,6 +236,7 @@ TARGET_ROWS = {
     "step_copies": "decode step: bytes copied, N / N/2",
     "mla_auto": "MLA step: absorbed auto / explicit",
     "mla_absorbed_speedup": "MLA step: rebuilt / absorbed",
+    "paged_over_contiguous": "serving: paged / contiguous cache",
 }
 
 
@@ -202,6 +263,9 @@ TARGET_TEXT = {
     "mla_absorbed_speedup": "MLA step: rebuilt / absorbed: at N = {N}, rebuilding every cached "
                             "token's K_h and V_h takes at least {min:g} times the absorbed "
                             "path's time",
+    "paged_over_contiguous": "serving: paged / contiguous cache: over {new_tokens} new "
+                             "tokens, greedy decoding through paged caches takes at most "
+                             "{max:g} times the contiguous caches' time per token",
 }
 
 
@@ -319,6 +383,54 @@ SCHEMA: dict[str, Any] = {
         "cache_bytes": {"latent": int, "expanded": int},
         "max_abs_diff": float,
         "outputs_agree": bool,
+    },
+    "serving": {
+        "model": str,
+        "draft": str,
+        "eval_rows": int,
+        "paged": {
+            "new_tokens": int,
+            "prompt_tokens": int,
+            "block_size": int,
+            "seconds_per_token": {"contiguous": float, "paged": float},
+            "paged_over_contiguous": float,
+            "tokens_identical": bool,
+        },
+        "batching": {
+            "requests": int,
+            "max_batch": int,
+            "chunk": int,
+            "counts": Each({"forward_passes": int, "tokens": int, "slots": int,
+                            "tokens_per_pass": float}),
+            "continuous_over_static": float,
+            "outputs_identical": bool,
+        },
+        "speculative": [{
+            "k": int,
+            "new_tokens": int,
+            "acceptance_rate": float,
+            "target_passes_per_token": float,
+            "seconds": {"speculative": float, "plain": float},
+            "speculative_over_plain": float,
+            "tokens_identical": bool,
+        }],
+        "quantised": [{
+            "setting": str,
+            "loss": float,
+            "cache_bytes": int,
+            "bytes_over_float": float,
+            "loss_minus_float": float,
+        }],
+        "hf_quantised": {
+            "backend": str,
+            "optimum_quanto": str,
+            "q_group_size": int,
+            "residual_length": int,
+            "float_loss": float,
+            "float_agrees": bool,
+            "rows": [{"nbits": int, "axis_key": int, "axis_value": int, "loss": float,
+                      "loss_minus_float": float}],
+        },
     },
     "targets": Each({"met": bool}),
     "checks_passed": bool,

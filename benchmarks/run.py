@@ -24,6 +24,13 @@ printed table and for the page alike, and checks their schema.
    cached tokens, G = 32, 8, 1: time against SDPA, and the bytes it copies at N and N/2.
 6. One decode step of ``MultiHeadLatentAttention`` (H 32, d_L 256) against 4,096 cached
    tokens: absorbed (``impl="auto"`` and ``"explicit"``), rebuilt and expanded.
+7. Serving the trained ``book`` model (chapter 11): greedy decoding through paged caches
+   against contiguous ones (time per token, identical tokens); continuous against static
+   batching of 24 requests (tokens per forward pass, each output equal to its run alone);
+   greedy speculative decoding with ``book-draft`` at k = 2, 4, 8 (kept proposals, target
+   passes per token, time against plain decoding, identical tokens); quantised caches
+   (bytes and held-out loss), and Hugging Face's QuantizedCache (optimum-quanto) on the
+   same weights and text.
 
 The cached step counts as flat when the median step over the last 128 of 1,024 new
 tokens takes at most 1.5 times the median over the first 128, while the context grows
@@ -34,7 +41,8 @@ flat step above; attnlib's TinyDecoder at most 0.6 times Hugging Face's DynamicC
 per token; tiled attention at least 20 times less peak memory at N = 16,384; a decode step
 copying at N = 8,192 no more bytes than at N = 4,096, for every G; absorbed MLA with
 ``impl="auto"`` at most 1.1 times its ``impl="explicit"`` (so never more than 1.1 times the
-faster of the two); rebuilt MLA at least 5 times slower than absorbed.
+faster of the two); rebuilt MLA at least 5 times slower than absorbed; paged decoding at
+most 1.3 times the contiguous cache's time per token over 256 new tokens.
 
 Times are medians over repeats in which the variants take turns. The script exits with
 status 1 when a correctness check fails (outputs disagree, tokens differ); missing a
@@ -57,6 +65,7 @@ import bench_decode
 import bench_hf
 import bench_memory
 import bench_mla
+import bench_serving
 import bench_step
 import report
 import torch
@@ -72,7 +81,10 @@ FULL = {
     "memory": 16384,
     "step": {"N": 8192, "kv_heads": [32, 8, 1]},
     "mla": {"N": 4096, "d_latent": 256},
-    "repeats": {"attention": 5, "decode": 3, "profile": 3, "hf": 5, "step": 5, "mla": 5},
+    "serving": {"paged": 256, "batching": {"requests": 24, "max_batch": 8, "chunk": 16},
+                "speculative": {"new_tokens": 128, "ks": [2, 4, 8]}, "eval_rows": 64},
+    "repeats": {"attention": 5, "decode": 3, "profile": 3, "hf": 5, "step": 5, "mla": 5,
+                "serving": {"paged": 9, "speculative": 5}},
 }
 QUICK = {
     "attention": [64, 128],
@@ -82,7 +94,10 @@ QUICK = {
     "memory": 1024,
     "step": {"N": 64, "kv_heads": [32, 8, 1]},
     "mla": {"N": 64, "d_latent": 256},
-    "repeats": {"attention": 2, "decode": 1, "profile": 1, "hf": 1, "step": 1, "mla": 1},
+    "serving": {"paged": 8, "batching": {"requests": 4, "max_batch": 2, "chunk": 4},
+                "speculative": {"new_tokens": 8, "ks": [2, 4, 8]}, "eval_rows": 2},
+    "repeats": {"attention": 2, "decode": 1, "profile": 1, "hf": 1, "step": 1, "mla": 1,
+                "serving": {"paged": 1, "speculative": 1}},
 }
 TARGETS = {
     "attention_auto_over_sdpa": {"N": 2048, "max": 1.3},
@@ -93,6 +108,7 @@ TARGETS = {
     "step_copies": {"N": 8192, "max": 1.0},
     "mla_auto": {"N": 4096, "max": 1.1},
     "mla_absorbed_speedup": {"N": 4096, "min": 5.0},
+    "paged_over_contiguous": {"new_tokens": 256, "max": 1.3},
 }
 
 
@@ -146,6 +162,7 @@ def collect(device: torch.device, quick: bool) -> dict:
         "step": bench_step.run(device, sizes["step"]["N"], reps["step"],
                                sizes["step"]["kv_heads"]),
         "mla": bench_mla.run(device, sizes["mla"]["N"], sizes["mla"]["d_latent"], reps["mla"]),
+        "serving": bench_serving.run(device, sizes["serving"], reps["serving"]),
     }
     met = {}
     if not quick:
@@ -166,6 +183,9 @@ def collect(device: torch.device, quick: bool) -> dict:
         met["mla_auto"] = mla["auto_over_explicit"] <= TARGETS["mla_auto"]["max"]
         speedup = TARGETS["mla_absorbed_speedup"]["min"]
         met["mla_absorbed_speedup"] = mla["rebuilt_over_absorbed"] >= speedup
+        paged = results["serving"]["paged"]
+        met["paged_over_contiguous"] = (paged["paged_over_contiguous"]
+                                        <= TARGETS["paged_over_contiguous"]["max"])
     results["targets"] = {name: {**TARGETS[name], "met": ok} for name, ok in met.items()}
     results["checks_passed"] = (
         all(r["outputs_agree"] for r in results["attention"])
@@ -175,6 +195,10 @@ def collect(device: torch.device, quick: bool) -> dict:
         and results["memory"]["outputs_agree"]
         and all(r["outputs_agree"] for r in results["step"])
         and results["mla"]["outputs_agree"]
+        and results["serving"]["paged"]["tokens_identical"]
+        and results["serving"]["batching"]["outputs_identical"]
+        and all(r["tokens_identical"] for r in results["serving"]["speculative"])
+        and results["serving"]["hf_quantised"]["float_agrees"]
     )
     return results
 

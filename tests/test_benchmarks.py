@@ -86,6 +86,22 @@ def test_quick_benchmark_run(tmp_path, device, report):
     assert mla["outputs_agree"] and mla["max_abs_diff"] <= 1e-4 and mla["N"] == 64
     assert mla["cache_bytes"] == {"latent": 64 * 256 * 4, "expanded": 64 * 2 * 32 * 64 * 4}
 
+    serving = results["serving"]
+    assert serving["paged"]["tokens_identical"] and serving["paged"]["new_tokens"] == 8
+    batch = serving["batching"]
+    assert batch["outputs_identical"] and batch["requests"] == 4
+    assert batch["counts"]["continuous"]["tokens"] == batch["counts"]["static"]["tokens"] > 0
+    assert [r["k"] for r in serving["speculative"]] == [2, 4, 8]
+    for r in serving["speculative"]:  # at most one target pass per token, at least 1/(k+1)
+        assert r["tokens_identical"] and 0 <= r["acceptance_rate"] <= 1
+        assert 1 / (r["k"] + 1) <= r["target_passes_per_token"] <= 1
+    quant = serving["quantised"]
+    assert quant[0]["setting"] == "float32" and quant[0]["loss_minus_float"] == 0
+    assert all(r["cache_bytes"] < quant[0]["cache_bytes"] for r in quant[1:])
+    hf_quant = serving["hf_quantised"]  # Hugging Face's float decoding gives attnlib's loss
+    assert hf_quant["float_agrees"] and abs(hf_quant["float_loss"] - quant[0]["loss"]) <= 1e-4
+    assert [(r["nbits"], r["axis_key"]) for r in hf_quant["rows"]] == [(4, 0), (2, 0)]
+
     # one table on stdout with a row per measurement
     lines = done.stdout.splitlines()
     assert any(line.startswith("benchmark") for line in lines)
@@ -96,6 +112,9 @@ def test_quick_benchmark_run(tmp_path, device, report):
         "memory: tiled vs explicit": 1, "decode step: GQA / SDPA": 3,
         "decode step: bytes copied, N / N/2": 3, "MLA step: absorbed auto / explicit": 1,
         "MLA step: rebuilt / absorbed": 1, "MLA step: expanded / absorbed": 1,
+        "serving: paged / contiguous cache": 1, "serving: continuous / static batching": 1,
+        "serving: speculative / plain greedy": 3, "serving: quantised / float cache": 4,
+        "serving: HF QuantizedCache (quanto)": 2,
     }
     for label, count in rows.items():
         assert sum(line.startswith(label) for line in lines) == count, label
@@ -137,6 +156,15 @@ def test_rows_from_a_sample(report, sample):
         ("MLA step: absorbed auto / explicit", "N=4096, d_L=256"),
         ("MLA step: rebuilt / absorbed", "N=4096, d_L=256"),
         ("MLA step: expanded / absorbed", "N=4096, d_L=256"),
+        ("serving: paged / contiguous cache", "256 new"),
+        ("serving: continuous / static batching", "24 requests"),
+        ("serving: speculative / plain greedy", "k=2"),
+        ("serving: speculative / plain greedy", "k=4"),
+        ("serving: speculative / plain greedy", "k=8"),
+        ("serving: quantised / float cache", "int8 K, V per token"),
+        ("serving: quantised / float cache", "int4 K per channel, V per token"),
+        ("serving: HF QuantizedCache (quanto)", "int4, axis_key 0, axis_value 0"),
+        ("serving: HF QuantizedCache (quanto)", "int2, axis_key 0, axis_value 0"),
     ]
     by_case = {row[:2]: row[2:] for row in rows}
     assert by_case["attention auto / SDPA", "N=2048"] == (
@@ -160,8 +188,18 @@ def test_rows_from_a_sample(report, sample):
         "10.00 ms", "20.00 ms", "0.50x", "<= 1.1: met", "max|dY| 3.0e-08")
     assert by_case["MLA step: rebuilt / absorbed", "N=4096, d_L=256"] == (
         "100.00 ms", "10.00 ms", "10.0x slower", ">= 5x: met", "max|dY| 3.0e-08")
+    assert by_case["serving: paged / contiguous cache", "256 new"] == (
+        "0.60 ms/tok", "0.50 ms/tok", "1.20x", "<= 1.3: met", "tokens identical")
+    assert by_case["serving: continuous / static batching", "24 requests"] == (
+        "12.00 tok/pass", "8.00 tok/pass", "1.50x", "", "100 vs 150 passes; outputs = alone")
+    assert by_case["serving: speculative / plain greedy", "k=4"] == (
+        "100.00 ms", "80.00 ms", "1.25x", "", "kept 0.62, 0.281 target passes/tok")
+    assert by_case["serving: quantised / float cache", "int4 K per channel, V per token"] == (
+        "2.8 MiB", "16.0 MiB", "0.172x", "", "loss 1.3300 (+0.0300)")
+    assert by_case["serving: HF QuantizedCache (quanto)", "int4, axis_key 0, axis_value 0"] == (
+        "", "loss 1.3100", "+0.0100 nats", "", "float 1.3000; HF float = attnlib float")
     assert report.targets_line(sample) == (
-        "Targets: 7 of 8 met (missed: decode: attnlib / HF loop)")
+        "Targets: 8 of 9 met (missed: decode: attnlib / HF loop)")
     assert any("block_size 128" in note for note in report.notes(sample))
 
 

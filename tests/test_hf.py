@@ -303,3 +303,70 @@ def test_left_padded_batch_matches_llama_for_causal_lm(device):
     theirs = hf.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False)
     assert torch.equal(ours, theirs)
     assert not torch.equal(model.generate(ids, 12), theirs)  # without the mask: other tokens
+
+
+# Serving: Hugging Face's continuous batching against attnlib's, on the trained model
+# ---------------------------------------------------------------------------------------
+
+
+def _llama_of(model: TinyDecoder) -> LlamaForCausalLM:
+    """A ``LlamaForCausalLM`` holding exactly ``model``'s weights (nothing redrawn)."""
+    attn, ffn = model.blocks[0].attn, model.blocks[0].ffn
+    config = LlamaConfig(
+        vocab_size=model.vocab_size, hidden_size=model.d_model,
+        num_hidden_layers=model.n_layers, num_attention_heads=attn.n_heads,
+        num_key_value_heads=attn.n_kv_heads, head_dim=attn.d_head, intermediate_size=ffn.d_ff,
+        hidden_act="silu", rms_norm_eps=1e-6, rope_theta=attn.rope_base,
+        tie_word_embeddings=True, bos_token_id=None, eos_token_id=None, pad_token_id=0,
+    )
+    hf = LlamaForCausalLM(config).to(model.E.device).eval()
+    hf.model.embed_tokens.weight.copy_(model.E)
+    hf.model.norm.weight.copy_(model.final_norm.g)
+    for block, layer in zip(model.blocks, hf.model.layers, strict=True):
+        layer.input_layernorm.weight.copy_(block.attn_norm.g)
+        layer.post_attention_layernorm.weight.copy_(block.ffn_norm.g)
+        a, mlp = layer.self_attn, layer.mlp
+        for W, linear in ((block.attn.W_Q, a.q_proj), (block.attn.W_K, a.k_proj),
+                          (block.attn.W_V, a.v_proj), (block.attn.W_O, a.o_proj),
+                          (block.ffn.W_gate, mlp.gate_proj), (block.ffn.W_up, mlp.up_proj),
+                          (block.ffn.W_down, mlp.down_proj)):
+            linear.weight.copy_(W.T)
+    return hf
+
+
+@torch.no_grad()
+def test_hf_continuous_batching_gives_attnlib_continuous_batching_tokens(device):
+    """Chapter 11's six requests, served by Hugging Face's ``generate_batch`` (its paged
+    cache and scheduler) on the trained ``book`` model converted to ``LlamaForCausalLM``,
+    and by ``attnlib.batching.continuous_batching``: every request gets the same greedy
+    characters, which are also those of the request run alone."""
+    import transformers
+    from transformers import GenerationConfig
+
+    import attnlib
+    from attnlib.batching import Request, continuous_batching
+    from attnlib.examples import SERVING_REQUESTS
+
+    transformers.logging.set_verbosity_error()
+    book = attnlib.pretrained.load("book", device=device)
+    hf = _llama_of(book)
+    ids, _ = attnlib.train.eval_set()
+    requests = [Request(ids[r, :P].tolist(), T, a) for r, (P, T, a) in enumerate(SERVING_REQUESTS)]
+    ours = continuous_batching(book, requests, max_batch=3, n_blocks=64, block_size=8, chunk=8)
+    longest = max(r.max_new_tokens for r in requests)
+    config = GenerationConfig(max_new_tokens=longest, do_sample=False, eos_token_id=None,
+                              pad_token_id=0)
+    theirs = hf.generate_batch([r.prompt for r in requests], generation_config=config,
+                               warmup=False)
+    assert len(theirs) == len(requests)
+    by_prompt = {tuple(out.prompt_ids): out.generated_tokens for out in theirs.values()}
+    for request, tokens in zip(requests, ours.outputs, strict=True):
+        # greedy decoding is prefix-consistent: the first T of `longest` characters
+        assert by_prompt[tuple(request.prompt)][: request.max_new_tokens] == tokens
+        alone = book.generate(torch.tensor([request.prompt], device=device),
+                              request.max_new_tokens)[0, len(request.prompt):].tolist()
+        assert tokens == alone
+    # a different model gives different characters: the comparison can fail
+    assert continuous_batching(attnlib.pretrained.load("book-seed1", device=device), requests,
+                               max_batch=3, n_blocks=64, block_size=8, chunk=8).outputs != \
+        ours.outputs

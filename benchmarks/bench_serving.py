@@ -1,0 +1,232 @@
+"""Benchmark 7: serving the trained ``book`` model (chapter 11), on its held-out text.
+
+All four parts use the shipped ``book`` model (4 layers, width 128, 4 heads of 16, RoPE,
+float32) and prompts cut from ``attnlib.train.eval_set()``, the evaluation set of every
+card.
+
+* paged: greedy decoding of one sequence through a :class:`~attnlib.paged.PagedKVCache`
+  per layer (blocks of 16 tokens), against the contiguous caches ``generate`` preallocates;
+  time per new token, and the tokens must be identical.
+* batching: a mix of requests (prompt and output lengths, arrival steps) served by
+  :func:`~attnlib.batching.continuous_batching`, against the counts of static batches of
+  the same size (:func:`~attnlib.batching.static_batching_counts`): real tokens per forward
+  pass, a count, not a time; each request's output must equal its run alone.
+* speculative: greedy :func:`~attnlib.speculative.speculative_generate` with the shipped
+  ``book-draft`` proposing ``k`` characters, against plain greedy ``generate``: the kept
+  fraction of proposals, target passes per generated character, and the wall-clock ratio
+  (the tokens must be identical).
+* quantised: :func:`~attnlib.quant.quantised_loss` for several key and value choices
+  (bits, per-token or per-channel scales): the caches' bytes over the float cache's, and
+  the held-out loss.
+* Hugging Face's quantised cache: the same weights in ``LlamaForCausalLM``
+  (:func:`bench_hf.llama_twin`) decode the same windows one character at a time through
+  ``QuantizedCache("quanto", ...)`` (optimum-quanto's group-wise integer quantiser, which
+  runs on the CPU): the held-out loss for each choice, against the same decoding through a
+  ``DynamicCache``, which must give attnlib's float loss.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+import transformers
+from bench_hf import llama_twin
+from timing import median_seconds
+
+import attnlib
+from attnlib.batching import Request, continuous_batching, static_batching_counts
+from attnlib.paged import PagedKVCache
+from attnlib.quant import quantised_loss
+from attnlib.speculative import speculative_generate
+
+PROMPT_LEN = 32
+BLOCK_SIZE = 16
+# (label, k_bits, k_axis, k_group, v_bits, v_axis, v_group): the float control first.
+QUANT_SETTINGS = (
+    ("float32", None, "token", None, None, "token", None),
+    ("int8 K, V per token", 8, "token", None, 8, "token", None),
+    ("int4 K per channel, V per token", 4, "channel", 32, 4, "token", None),
+    ("int4 K per token, V per channel", 4, "token", None, 4, "channel", 32),
+    ("int4 K, V per token", 4, "token", None, 4, "token", None),
+)
+
+
+def _models(device: torch.device) -> tuple:
+    target = attnlib.pretrained.load("book", device=device).eval()
+    draft = attnlib.pretrained.load("book-draft", device=device).eval()
+    return target, draft
+
+
+def _requests(n: int, ids: torch.Tensor) -> list[Request]:
+    """``n`` requests with prompts of 2 to 40 characters from the held-out rows, 4 to 48 to
+    generate, arriving over the first 2 n steps (seeded)."""
+    gen = torch.Generator().manual_seed(0)
+    prompt = torch.randint(2, 41, (n,), generator=gen).tolist()
+    new = torch.randint(4, 49, (n,), generator=gen).tolist()
+    arrival = sorted(torch.randint(0, 2 * n, (n,), generator=gen).tolist())
+    return [Request(ids[r % ids.shape[0], : prompt[r]].tolist(), new[r], arrival[r])
+            for r in range(n)]
+
+
+def _infer(fn, out: dict, name: str) -> None:
+    with torch.inference_mode():
+        out[name] = fn()
+
+
+def paged(device: torch.device, model, ids: torch.Tensor, n: int, repeats: int) -> dict:
+    """Seconds per new token, contiguous against paged caches, side by side."""
+    prompt = ids[:1, :PROMPT_LEN].to(device)
+    n_blocks = -(-(PROMPT_LEN + n) // BLOCK_SIZE)
+
+    def through_blocks():
+        return model.generate(prompt, n, caches=[PagedKVCache(n_blocks, BLOCK_SIZE)
+                                                 for _ in model.blocks])
+
+    out: dict[str, torch.Tensor] = {}
+    fns = {"contiguous": partial(_infer, partial(model.generate, prompt, n), out, "contiguous"),
+           "paged": partial(_infer, through_blocks, out, "paged")}
+    seconds = median_seconds(fns, device, repeats=repeats)
+    per = {name: s / n for name, s in seconds.items()}
+    return {
+        "new_tokens": n,
+        "prompt_tokens": PROMPT_LEN,
+        "block_size": BLOCK_SIZE,
+        "seconds_per_token": per,
+        "paged_over_contiguous": per["paged"] / per["contiguous"],
+        "tokens_identical": torch.equal(out["paged"], out["contiguous"]),
+    }
+
+
+def batching(device: torch.device, model, ids: torch.Tensor, n_requests: int,
+             max_batch: int, chunk: int) -> dict:
+    """Forward passes and real tokens per pass, continuous against static batching."""
+    requests = _requests(n_requests, ids)
+    with torch.inference_mode():
+        served = continuous_batching(model, requests, max_batch=max_batch, n_blocks=512,
+                                     block_size=BLOCK_SIZE, chunk=chunk)
+        alone = [model.generate(torch.tensor([r.prompt], device=device),
+                                r.max_new_tokens)[0, len(r.prompt):].tolist() for r in requests]
+    static = static_batching_counts(requests, max_batch=max_batch)
+    counts = {name: {"forward_passes": c.forward_passes, "tokens": c.tokens, "slots": c.slots,
+                     "tokens_per_pass": c.tokens_per_pass}
+              for name, c in (("continuous", served.counts), ("static", static))}
+    return {
+        "requests": n_requests,
+        "max_batch": max_batch,
+        "chunk": chunk,
+        "counts": counts,
+        "continuous_over_static": (counts["continuous"]["tokens_per_pass"]
+                                   / counts["static"]["tokens_per_pass"]),
+        "outputs_identical": served.outputs == alone,
+    }
+
+
+def speculative(device: torch.device, target, draft, ids: torch.Tensor, n: int,
+                ks: list[int], repeats: int) -> list[dict]:
+    """For each ``k``: kept fraction, target passes per token, and the time against plain
+    greedy decoding, measured side by side."""
+    prompt = ids[:1, :PROMPT_LEN].to(device)
+    out: dict[str, object] = {}
+    fns = {"plain": partial(_infer, partial(target.generate, prompt, n), out, "plain")}
+    for k in ks:
+        fns[f"k={k}"] = partial(_infer, partial(speculative_generate, target, draft, prompt, n,
+                                                k=k), out, f"k={k}")
+    seconds = median_seconds(fns, device, repeats=repeats)
+    rows = []
+    for k in ks:
+        res = out[f"k={k}"]
+        rows.append({
+            "k": k,
+            "new_tokens": n,
+            "acceptance_rate": res.acceptance_rate,
+            "target_passes_per_token": res.passes_per_token,
+            "seconds": {"speculative": seconds[f"k={k}"], "plain": seconds["plain"]},
+            "speculative_over_plain": seconds[f"k={k}"] / seconds["plain"],
+            "tokens_identical": torch.equal(res.ids, out["plain"]),
+        })
+    return rows
+
+
+def quantised(device: torch.device, model, ids: torch.Tensor, targets: torch.Tensor) -> list[dict]:
+    """Held-out loss and cache bytes for each of :data:`QUANT_SETTINGS`."""
+    ids, targets = ids.to(device), targets.to(device)
+    rows = []
+    with torch.inference_mode():
+        for label, kb, ka, kg, vb, va, vg in QUANT_SETTINGS:
+            loss, nbytes = quantised_loss(model, ids, targets, k_bits=kb, k_axis=ka,
+                                          k_group=kg, v_bits=vb, v_axis=va, v_group=vg)
+            rows.append({"setting": label, "loss": loss, "cache_bytes": nbytes})
+    for row in rows:
+        row["bytes_over_float"] = row["cache_bytes"] / rows[0]["cache_bytes"]
+        row["loss_minus_float"] = row["loss"] - rows[0]["loss"]
+    return rows
+
+
+# (nbits, axis_key, axis_value) of Hugging Face's QuantizedCache, in its own terms. Axis 0
+# cuts each token's head vector into groups of HF_GROUP channels (16: one group per head,
+# attnlib's "per token"), each with a scale and a zero point; no token is kept in float
+# (residual_length 1: every step's keys and values are quantised with the rest). Its axis
+# -1 groups a channel across the batch and the heads, so it is not compared.
+HF_QUANT_SETTINGS = ((4, 0, 0), (2, 0, 0))
+HF_GROUP = 16
+
+
+def hf_quantised(device: torch.device, model, ids: torch.Tensor, targets: torch.Tensor,
+                 attnlib_float_loss: float) -> dict:
+    """Held-out loss of the Llama twin decoding through Hugging Face's caches."""
+    from importlib.metadata import version
+
+    from transformers import DynamicCache, QuantizedCache
+
+    transformers.logging.set_verbosity_error()
+    hf = llama_twin(model)
+    ids, targets = ids.to(device), targets.to(device)
+
+    def loss(cache) -> float:
+        logits = []
+        with torch.inference_mode():
+            for t in range(ids.shape[1]):  # one character at a time, as a server decodes
+                logits.append(hf(input_ids=ids[:, t:t + 1], cache=cache, use_cache=True).logits)
+        z = torch.cat(logits, dim=1)
+        return float(torch.nn.functional.cross_entropy(z.reshape(-1, z.shape[-1]).float(),
+                                                       targets.reshape(-1)))
+
+    float_loss = loss(DynamicCache(config=hf.config))
+    rows = []
+    for nbits, axis_key, axis_value in HF_QUANT_SETTINGS:
+        cache = QuantizedCache("quanto", hf.config, nbits=nbits, axis_key=axis_key,
+                               axis_value=axis_value, q_group_size=HF_GROUP, residual_length=1)
+        value = loss(cache)
+        rows.append({"nbits": nbits, "axis_key": axis_key, "axis_value": axis_value,
+                     "loss": value, "loss_minus_float": value - float_loss})
+    return {
+        "backend": "quanto",
+        "optimum_quanto": version("optimum-quanto"),
+        "q_group_size": HF_GROUP,
+        "residual_length": 1,
+        "float_loss": float_loss,
+        "float_agrees": abs(float_loss - attnlib_float_loss) <= 1e-4,
+        "rows": rows,
+    }
+
+
+def run(device: torch.device, sizes: dict, repeats: dict) -> dict:
+    """All four parts; ``sizes`` holds ``paged`` (new tokens), ``batching`` (requests,
+    max_batch, chunk), ``speculative`` (new tokens, ks) and ``eval_rows``."""
+    target, draft = _models(device)
+    ids, targets = attnlib.train.eval_set()
+    ids, targets = ids[: sizes["eval_rows"]], targets[: sizes["eval_rows"]]
+    b, s = sizes["batching"], sizes["speculative"]
+    quant = quantised(device, target, ids, targets)
+    return {
+        "model": "book",
+        "draft": "book-draft",
+        "eval_rows": int(ids.shape[0]),
+        "paged": paged(device, target, ids, sizes["paged"], repeats["paged"]),
+        "batching": batching(device, target, ids, b["requests"], b["max_batch"], b["chunk"]),
+        "speculative": speculative(device, target, draft, ids, s["new_tokens"], s["ks"],
+                                   repeats["speculative"]),
+        "quantised": quant,
+        "hf_quantised": hf_quantised(device, target, ids, targets, quant[0]["loss"]),
+    }
