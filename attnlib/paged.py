@@ -18,7 +18,8 @@ are the gather ``K_pool[table_b]``, its blocks laid end to end and cut at ``n_b`
 are exactly the rows a contiguous cache holds, so the logits are the same.
 
 :class:`BlockAllocator` is the free list and the tables; :class:`PagedKVCache` is one
-layer's pools ``K_pool, V_pool`` of shape ``(n_blocks, G, s, d)`` and implements the
+layer's pools ``K_pool, V_pool`` of shape ``(G, n_blocks, s, d)`` (heads first, so that a
+sequence's blocks laid end to end are a view of the gather) and implements the
 :class:`~attnlib.cache.Cache` protocol for a batch of sequences: pass one per layer as
 ``TinyDecoder.generate(ids, n, caches=[...])``. For a batch whose rows hold different
 numbers of tokens (continuous batching, :mod:`attnlib.batching`), :meth:`PagedKVCache.select`
@@ -119,7 +120,7 @@ class BlockAllocator:
 
 
 class PagedKVCache(Cache):
-    """One layer's keys and values in blocks: pools ``(n_blocks, G, block_size, d)``.
+    """One layer's keys and values in blocks: pools ``(G, n_blocks, block_size, d)``.
 
     ``append(K, V)`` with ``K, V`` of shape ``(B, G, N_new, d)`` writes each row's new
     tokens into its sequence's blocks (taking blocks from the free list as needed) and
@@ -163,6 +164,7 @@ class PagedKVCache(Cache):
         self.block_size = block_size
         self._seqs: list[object] | None = None  # the sequence of each row
         self._n_new: list[int] | None = None  # real new rows of each row (None: all)
+        self._index: tuple | None = None  # (sequences and tables, their gather index)
 
     # --- the batch of the next append ---------------------------------------------------
 
@@ -218,7 +220,7 @@ class PagedKVCache(Cache):
         K = self._held["K"]
         if K is None:
             return 0
-        return 2 * self.allocator.n_used * K[0].numel() * K.element_size()
+        return 2 * self.allocator.n_used * K[:, 0].numel() * K.element_size()
 
     @property
     def allocated_nbytes(self) -> int:
@@ -236,11 +238,15 @@ class PagedKVCache(Cache):
 
     def _tables(self, seqs: list, width: int, device: torch.device) -> torch.Tensor:
         """``(B, ceil(width / s))``: the first blocks of each sequence's table (0 past its
-        end), as the index of the gather; built once per append, for keys and values."""
+        end), as the index of the gather; built when a table changes, for keys and values."""
         n_b = max(1, math.ceil(width / self.block_size))
         rows = [self.allocator.tables[seq][:n_b] for seq in seqs]
+        key = (tuple(seqs), tuple(tuple(t) for t in rows), device)
+        if self._index is not None and self._index[0] == key:
+            return self._index[1]
         tables = torch.tensor([t + [0] * (n_b - len(t)) for t in rows], dtype=torch.long)
-        return tables.to(device)
+        self._index = (key, tables.to(device))
+        return self._index[1]
 
     def _gather(self, pool: torch.Tensor, seqs: list, width: int,
                 tables: torch.Tensor | None = None, *, full: bool = False) -> torch.Tensor:
@@ -248,11 +254,13 @@ class PagedKVCache(Cache):
         (``full``: every sequence holds at least ``width`` tokens, nothing to zero)."""
         if tables is None:
             tables = self._tables(seqs, width, pool.device)
-        # The gather through the table, with the heads first so that laying the blocks end
-        # to end is a view: (G, B, n_b, s, d) -> (G, B, n_b s, d) -> (B, G, width, d).
-        X = pool.transpose(0, 1)[:, tables]
-        G, B, n_b, s, d = X.shape
-        X = X.reshape(G, B, n_b * s, d).transpose(0, 1)[:, :, :width]
+        # The gather through the table along the pool's block axis; the heads come first,
+        # so laying the blocks end to end is a view: (G, B n_b, s, d) -> (G, B, n_b s, d)
+        # -> (B, G, width, d).
+        B, n_b = tables.shape
+        G, _, s, d = pool.shape
+        X = pool.index_select(1, tables.reshape(-1)).view(G, B, n_b * s, d)
+        X = X.transpose(0, 1)[:, :, :width]
         if full:
             return X
         lengths = torch.tensor([self.allocator.lengths[q] for q in seqs], device=pool.device)
@@ -270,7 +278,7 @@ class PagedKVCache(Cache):
             self.check_next(Rows.of("K", K), Rows.of("V", V))
         B, G, N, d = K.shape
         if self._held["K"] is None:
-            shape = (self.allocator.n_blocks, G, self.block_size, d)
+            shape = (G, self.allocator.n_blocks, self.block_size, d)
             self._held["K"], self._held["V"] = K.new_zeros(shape), V.new_zeros(shape)
         n_new = [N] * B if self._n_new is None else self._n_new
         width = self._n
@@ -288,8 +296,8 @@ class PagedKVCache(Cache):
                 block, offset = table[t // s], t % s
                 n = min(s - offset, start + c - t)  # the tokens that fit in this block
                 rows = slice(N - c + t - start, N - c + t - start + n)
-                self._held["K"][block, :, offset:offset + n] = K[b, :, rows]
-                self._held["V"][block, :, offset:offset + n] = V[b, :, rows]
+                self._held["K"][:, block, offset:offset + n].copy_(K[b, :, rows])
+                self._held["V"][:, block, offset:offset + n].copy_(V[b, :, rows])
                 t += n
             self.allocator.advance(seq, c)
         self._n = self._held_width()
@@ -318,7 +326,7 @@ class PagedKVCache(Cache):
                              f"{tuple(V.shape)}")
         pool = self._held["K"]
         if pool is not None:
-            want = (pool.shape[1], pool.shape[3])
+            want = (pool.shape[0], pool.shape[3])
             if (K.shape[1], K.shape[3]) != want:
                 raise ValueError(f"K must have G={want[0]} heads and d={want[1]} like the "
                                  f"blocks held; got {tuple(K.shape)}")

@@ -56,7 +56,7 @@ def test_blocks_follow_the_table_and_the_free_list():
     for b in range(2):
         for t in range(3):
             blk = cache.allocator.tables[b][t // 2]
-            assert torch.equal(cache._held["K"][blk, :, t % 2], K[b, :, t])
+            assert torch.equal(cache._held["K"][:, blk, t % 2], K[b, :, t])
     assert cache.allocator.n_free == 2 and cache.nbytes == 2 * 4 * (1 * 2 * 4) * 4
     cache.release(0)
     assert cache.allocator.free == [4, 5, 0, 1]
