@@ -16,9 +16,11 @@ printed from ``singlehtml``):
    makes from npm's ``plotly.js`` package with esbuild (``build_plotly_bundle``; the same
    plotly.js version as the pinned plotly package, or the build stops; a figure with
    another trace type stops it too), gives the drawing ``role="img"`` and a label, and
-   wires the keyboard to the slider.
-2. Scripts by page content (``page_scripts``): plotly.js and its drawer only on a page
-   whose body holds a figure, MathJax only on a page whose body holds math. The theme's
+   wires the keyboard to the slider. The drawer fetches the bundle itself, named by its
+   ``data-bundle`` attribute, once a figure comes near the window, so a reader who never
+   reaches a figure never downloads plotly.js.
+2. Scripts by page content (``page_scripts``): figure-layout.js and the drawer only on a
+   page whose body holds a figure, MathJax only on a page whose body holds math. The theme's
    Font Awesome script (1.5 MB, which redraws the icons its own stylesheet and web fonts
    already draw) is taken out of every page once the build has written them, with two
    small fixes to the theme's markup for screen readers (``PAGE_FIXES``).
@@ -104,11 +106,12 @@ ESBUILD_ARGS = (
     "--target=es2016",
     "--log-level=warning",
 )
-# The scripts a page with a figure loads, in order; deferred, so they never hold up the text.
-PLOTLY_SCRIPTS = (
-    f"{VENDOR_FROM_STATIC}/plotly/{PLOTLY_BUNDLE}",
-    f"{VENDOR_FROM_STATIC}/plotly/render-plotly.js",
-)
+# The script a page with a figure loads, deferred, so that it never holds up the text; it
+# fetches the bundle (its data-bundle attribute, with the bundle's digest for caches) when a
+# figure nears the window.
+PLOTLY_SCRIPTS = (f"{VENDOR_FROM_STATIC}/plotly/render-plotly.js",)
+# The digest of the bundle this build copied (copy_vendored_assets), by output folder.
+_BUNDLE_DIGESTS: dict[str, str] = {}
 # Read before the page's body (not deferred): it sizes each figure's box as the page is read.
 FIGURE_LAYOUT_SCRIPT = f"{VENDOR_FROM_STATIC}/plotly/figure-layout.js"
 
@@ -617,8 +620,14 @@ def page_scripts(
     ]
     if PLOTLY_BLOCK in body:
         app.builder.add_js_file(FIGURE_LAYOUT_SCRIPT)  # type: ignore[attr-defined]
+        bundle = PLOTLY_BUNDLE
+        digest = _BUNDLE_DIGESTS.get(str(app.outdir))
+        if digest:
+            bundle = f"{bundle}?v={digest}"
         for uri in PLOTLY_SCRIPTS:
-            app.builder.add_js_file(uri, defer="defer")  # type: ignore[attr-defined]
+            app.builder.add_js_file(  # type: ignore[attr-defined]
+                uri, defer="defer", **{"data-bundle": bundle}
+            )
 
 
 def pdf_download_button(
@@ -792,6 +801,9 @@ def copy_vendored_assets(app: Sphinx) -> None:
                 raise ExtensionError(f"{package} has no {folder}/{entry}; check package-lock.json")
             _copy(source, vendor / target / entry)
     build_plotly_bundle(node_modules, vendor / "plotly" / PLOTLY_BUNDLE)
+    _BUNDLE_DIGESTS[str(outdir)] = hashlib.sha1(
+        (vendor / "plotly" / PLOTLY_BUNDLE).read_bytes()
+    ).hexdigest()[:12]
     for script in ("figure-layout.js", "render-plotly.js"):
         _copy(STATIC_DIR / script, vendor / "plotly" / script)
     _copy(STATIC_DIR / "site.css", vendor / "book" / "site.css")

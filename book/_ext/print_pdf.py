@@ -62,8 +62,8 @@ FOOTER = (
 WAIT_FOR_SCRIPTS = """async () => {
     if (window.MathJax && MathJax.startup) { await MathJax.startup.promise; }
     if (document.querySelector('script[type="application/vnd.plotly.v1+json"]')) {
-        while (!window.bookFiguresDrawn) { await new Promise(r => setTimeout(r, 50)); }
-        await window.bookFiguresDrawn;
+        while (!window.bookDrawFigures) { await new Promise(r => setTimeout(r, 50)); }
+        await window.bookDrawFigures();
     }
 }"""
 

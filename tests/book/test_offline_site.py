@@ -140,18 +140,21 @@ class _Script:
 
 
 def test_pages_get_only_the_scripts_their_content_needs(offline_site: ModuleType) -> None:
-    """plotly.js and the figure scripts only where a figure is; no math script anywhere (the
+    """The figure scripts only where a figure is, the drawer naming the plotly.js bundle it
+    fetches (with the digest of the bundle the build copied); no math script anywhere (the
     math is typeset at build time)."""
-    added = []
+    added, attributes = [], []
 
     class Builder:
         name = "html"
 
         def add_js_file(self, uri: str, **kwargs: str) -> None:
             added.append(uri)
+            attributes.append(kwargs)
 
     class App:
         builder = Builder()
+        outdir = "/site"
 
     def scripts() -> list:
         return [_Script("_static/doctools.js"),
@@ -166,6 +169,15 @@ def test_pages_get_only_the_scripts_their_content_needs(offline_site: ModuleType
     offline_site.page_scripts(App, "p", "page.html", rich, None)
     assert [s.filename for s in rich["script_files"]] == ["_static/doctools.js"]
     assert added == [offline_site.FIGURE_LAYOUT_SCRIPT, *offline_site.PLOTLY_SCRIPTS]
+    assert attributes[1] == {"defer": "defer", "data-bundle": "plotly-book.min.js"}
+    added.clear()
+    attributes.clear()
+    offline_site._BUNDLE_DIGESTS["/site"] = "0123456789ab"
+    try:
+        offline_site.page_scripts(App, "p", "page.html", {**rich, "script_files": scripts()}, None)
+    finally:
+        del offline_site._BUNDLE_DIGESTS["/site"]
+    assert attributes[1]["data-bundle"] == "plotly-book.min.js?v=0123456789ab"
 
 
 def test_math_is_typeset_at_build_time(offline_site: ModuleType, tmp_path: Path) -> None:

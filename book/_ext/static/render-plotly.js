@@ -11,12 +11,48 @@
 // (G must divide H, say) is never shown: the nearest one that exists is, the other
 // controls follow, and a status line says what changed. Each drawing (the figure's first
 // <svg>) gets role="img" and a label: the title of the step shown and the caption's words.
+//
+// plotly.js itself (most of a lesson's weight) is fetched only when a figure is about to be
+// seen: when one comes within a screen's height of the window, when the page is printed,
+// or when bookDrawFigures() asks for every figure (the PDF printer and the browser tests
+// do). A reader who never scrolls to a figure never downloads it. The box of a figure not
+// yet drawn already has its height (figure-layout.js), so drawing it moves nothing.
 (function () {
   "use strict";
 
   var PLOTLY_MIME = "application/vnd.plotly.v1+json";
   var F = window.BookFigures;
   var entries = [];
+
+  // The bundle's address: this script's data-bundle attribute, relative to this script.
+  var own = document.currentScript;
+  var bundleUrl = own && own.dataset.bundle ? new URL(own.dataset.bundle, own.src).href : null;
+  var loading = null;
+
+  function loadPlotly() {
+    if (window.Plotly) {
+      return Promise.resolve(window.Plotly);
+    }
+    if (!loading) {
+      loading = new Promise(function (resolve, reject) {
+        if (!bundleUrl) {
+          reject(new Error("render-plotly.js has no data-bundle attribute naming plotly.js"));
+          return;
+        }
+        var script = document.createElement("script");
+        script.src = bundleUrl;
+        script.onload = function () {
+          resolve(window.Plotly);
+        };
+        script.onerror = function () {
+          loading = null; // a later figure tries again
+          reject(new Error("plotly.js did not load from " + bundleUrl));
+        };
+        document.head.appendChild(script);
+      });
+    }
+    return loading;
+  }
 
   // The page's colour mode; "auto" (before the theme has resolved it) follows the system.
   function isDark() {
@@ -190,12 +226,22 @@
   // after the other: a control moved, the width changed and the colours switched while a
   // drawing is under way each wait for it, so two never mix in one chart.
   function draw(entry) {
+    entry.started = true;
     entry.drawing = Promise.resolve(entry.drawing)
       .catch(function () {})
+      .then(loadPlotly)
       .then(function () {
         return drawNow(entry);
       });
     return entry.drawing;
+  }
+
+  // The first drawing of a figure (later calls return the same promise).
+  function start(entry) {
+    if (!entry.first) {
+      entry.first = draw(entry);
+    }
+    return entry.first;
   }
 
   function drawNow(entry) {
@@ -509,12 +555,47 @@
     if (twin) {
       wireControls(entry);
     }
-    return draw(entry);
+    return entry;
   }
 
-  // Lays every figure out again (after a change of width or of colour mode).
+  // Lays every figure drawn so far out again (after a change of width or of colour mode).
   function redrawAll() {
-    return Promise.all(entries.map(draw));
+    return Promise.all(
+      entries
+        .filter(function (entry) {
+          return entry.started;
+        })
+        .map(draw)
+    );
+  }
+
+  // Draws every figure of the page; resolves once each has been drawn.
+  function drawAll() {
+    window.bookFiguresDrawn = Promise.all(entries.map(start));
+    return window.bookFiguresDrawn;
+  }
+
+  // Draws each figure as it comes within a screen's height of the window.
+  function drawWhenNear() {
+    if (!window.IntersectionObserver) {
+      drawAll();
+      return;
+    }
+    var observer = new IntersectionObserver(
+      function (seen) {
+        seen.forEach(function (item) {
+          if (item.isIntersecting) {
+            observer.unobserve(item.target);
+            start(entries[Number(item.target.dataset.entry)]);
+          }
+        });
+      },
+      { rootMargin: "100% 0px" }
+    );
+    entries.forEach(function (entry, i) {
+      entry.box.dataset.entry = String(i);
+      observer.observe(entry.box);
+    });
   }
 
   function watch() {
@@ -530,7 +611,7 @@
         pending = window.requestAnimationFrame(function () {
           pending = null;
           entries.forEach(function (entry) {
-            if (Math.abs(entry.box.clientWidth - entry.width) >= 1) {
+            if (entry.started && Math.abs(entry.box.clientWidth - entry.width) >= 1) {
               draw(entry);
             }
           });
@@ -547,9 +628,10 @@
 
   function drawFigures() {
     var blocks = document.querySelectorAll('script[type="' + PLOTLY_MIME + '"]');
-    var drawn = Array.prototype.map.call(blocks, setUp);
-    // The PDF printer (book/_ext/print_pdf.py) and the browser tests wait for this.
-    window.bookFiguresDrawn = Promise.all(drawn);
+    Array.prototype.forEach.call(blocks, setUp);
+    // The PDF printer (book/_ext/print_pdf.py) and the browser tests call this and wait for
+    // what it returns (also kept as window.bookFiguresDrawn).
+    window.bookDrawFigures = drawAll;
     window.bookRedrawFigures = redrawAll;
     // Resolves once every figure has finished its latest drawing.
     window.bookFiguresIdle = function () {
@@ -564,6 +646,9 @@
       });
     };
     watch();
+    drawWhenNear();
+    // A printed page shows every figure.
+    window.addEventListener("beforeprint", drawAll);
   }
 
   if (document.readyState === "loading") {

@@ -111,12 +111,23 @@ def figure_pages(html_dir: Path, toc_files: list[str]) -> list[str]:
     ]
 
 
-# Resolves once every figure is drawn and the web fonts the page asked for have loaded.
+# Resolves once the page has shown its first screen as a reader sees it, without scrolling:
+# its web fonts loaded and the figures near the window (the only ones render-plotly.js
+# draws unasked, fetching plotly.js for them) drawn.
+FIRST_SCREEN = """async () => {
+    await document.fonts.ready;
+    await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+    await new Promise(r => setTimeout(r, 100));
+    if (window.bookFiguresIdle) { await window.bookFiguresIdle(); }
+}"""
+
+# Asks for every figure of the page; resolves once each is drawn and the web fonts the
+# page asked for have loaded.
 SETTLE = """async () => {
     const n = document.querySelectorAll('script[type="application/vnd.plotly.v1+json"]').length;
     if (n) {
-        while (!window.bookFiguresDrawn) { await new Promise(r => setTimeout(r, 50)); }
-        await window.bookFiguresDrawn;
+        while (!window.bookDrawFigures) { await new Promise(r => setTimeout(r, 50)); }
+        await window.bookDrawFigures();
         while (document.querySelectorAll('.js-plotly-plot .main-svg').length < n) {
             await new Promise(r => setTimeout(r, 50));
         }
@@ -135,6 +146,10 @@ REDRAWN = """async () => {
 
 def settle(page: Page) -> None:
     page.evaluate(SETTLE)
+
+
+def first_screen(page: Page) -> None:
+    page.evaluate(FIRST_SCREEN)
 
 
 # Measures one drawn figure (its box, the .plotly-figure element): every text of the drawing

@@ -19,7 +19,7 @@ import sys
 import threading
 from pathlib import Path
 
-from browsing import CHROMIUM, CHROMIUM_ARGS, DESKTOP, PHONE, PageRecorder, settle
+from browsing import CHROMIUM, CHROMIUM_ARGS, DESKTOP, PHONE, PageRecorder, first_screen, settle
 from playwright.sync_api import Page, sync_playwright
 
 # Tick labels at least this tall (px), touch targets at least this tall and wide (px; WCAG
@@ -192,10 +192,12 @@ def main(argv: list[str] | None = None) -> int:
             page = context.new_page()
             recorder = PageRecorder(page)
             page.goto(f"{url}/{relative}", wait_until="load")
-            settle(page)
+            first_screen(page)
             weight = sum(recorder.bytes_by_url().values())
+            settle(page)
             counts = measure_page(page)
             counts["first_visit_bytes"] = weight
+            counts["read_bytes"] = sum(recorder.bytes_by_url().values())
             result[relative] = counts
             context.close()
             short = {
@@ -211,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                 "small touch": len(counts["phone"]["touch"]["small"]),
                 "chars/line": counts["desktop"]["characters_per_line"],
                 "bytes": weight,
+                "read": counts["read_bytes"],
             }
             print(relative, short, file=sys.stderr)
         browser.close()

@@ -130,7 +130,9 @@ def test_lesson_pages_carry_figures_and_no_widgets(html_dir: Path, lessons: dict
         figures = sum(PLOTLY in output.get("data", {}) for output in outputs)
         assert page.count(f'<script type="{PLOTLY}">') == figures, name
         if figures:
-            assert "_vendor/plotly/plotly-book.min.js" in page, name
+            # The drawer, which fetches plotly.js when a figure nears the window.
+            assert "_vendor/plotly/render-plotly.js" in page, name
+            assert re.search(r'data-bundle="plotly-book\.min\.js\?v=[0-9a-f]{12}"', page), name
             # Each figure goes with a caption that says what it shows and that, in print,
             # it is interactive on the site.
             assert page.count('<figcaption class="plotly-caption">') == figures, name
@@ -148,8 +150,10 @@ def test_pages_load_only_the_scripts_they_use(html_dir: Path) -> None:
         collector.feed(text)
         scripts = " ".join(collector.urls)
         found = []
-        if ("plotly-book.min.js" in scripts) != (f'<script type="{PLOTLY}">' in text):
-            found.append("plotly.js and figures disagree")
+        if ("render-plotly.js" in scripts) != (f'<script type="{PLOTLY}">' in text):
+            found.append("the figure drawer and figures disagree")
+        if "plotly-book.min.js" in scripts:
+            found.append("plotly.js loaded by the page (the drawer fetches it when needed)")
         if "mathjax" in scripts.lower():
             found.append("a math script (the math is typeset at build time)")
         if 'class="math notranslate' in text and "<mjx-container" not in text:
