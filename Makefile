@@ -23,6 +23,9 @@ PDF := $(HTML)/attention-book.pdf
 # CHROMIUM=/path names another). make test and make pdf check for it before anything runs.
 CHROMIUM ?= /usr/bin/chromium
 export CHROMIUM
+# The parts of make test skip check-browser, which make test has run already: a phony
+# prerequisite would hold test-book back while make -j starts the parts listed after it.
+BROWSER_CHECK := $(if $(BROWSER_CHECKED),,check-browser)
 # Extra flags for `jupyter-book build`; `make test` passes --all for a full rebuild.
 JB_FLAGS ?=
 # A second numeric environment for the checked outputs: PyTorch's portable kernels instead of
@@ -87,7 +90,7 @@ check-browser:
 	fi
 
 # The single-page build, printed by Chromium (book/_ext/print_pdf.py): no TeX.
-pdf: check-browser $(VENV_STAMP) $(NPM_STAMP)
+pdf: $(BROWSER_CHECK) $(VENV_STAMP) $(NPM_STAMP)
 	@mkdir -p $(LOGS)
 	@echo "jupyter-book build . --builder singlehtml  (log: $(LOGS)/pdf-build.log)"
 	$(BIN)/jupyter-book build . --builder singlehtml -W --keep-going $(JB_FLAGS) \
@@ -123,18 +126,19 @@ test-lib: $(VENV_STAMP) $(NPM_STAMP)
 	$(BIN)/python -m pytest --doctest-modules attnlib
 	$(PORTABLE) $(BIN)/python -m pytest -q --doctest-modules attnlib
 
-# make test: four parts that need nothing from each other run two at a time. test-lib and
-# test-book keep one CPU each busy; nbval and the standalone lessons run a kernel per CPU and
-# fill whatever the other part leaves. Each part's output is printed when it ends. The
-# browser checks come last and alone: they need the built site and the PDF, and their three
-# browsers fill both CPUs by themselves.
+# make test: four parts that need nothing from each other run two at a time. test-book and
+# test-lib start first: each keeps one CPU busy and cannot use more, while nbval and the
+# standalone lessons run a kernel per CPU and fill whatever the other part leaves, so they
+# come after them and none of the four ends alone on one CPU. Each part's output is printed
+# when it ends. The browser checks come last and alone: they need the built site and the
+# PDF, and their three browsers fill both CPUs by themselves.
 TEST_JOBS ?= 2
 
 test: check-browser $(VENV_STAMP) $(NPM_STAMP)
-	@echo "== test-lib, test-book, test-nbval, test-standalone: $(TEST_JOBS) at a time, each part's output when it ends"
-	$(MAKE) -j $(TEST_JOBS) --output-sync=target test-lib test-book test-nbval test-standalone \
-	  STANDALONE_ENVS=colab
-	$(MAKE) test-browser
+	@echo "== test-book, test-lib, test-nbval, test-standalone: $(TEST_JOBS) at a time, each part's output when it ends"
+	$(MAKE) -j $(TEST_JOBS) --output-sync=target test-book test-lib test-nbval test-standalone \
+	  BROWSER_CHECKED=1
+	$(MAKE) test-browser BROWSER_CHECKED=1
 	@echo "== actionlint"
 	$(BIN)/actionlint
 	@echo "make test: every check passed"
@@ -144,7 +148,7 @@ test-nbval: $(VENV_STAMP)
 	$(BIN)/python $(NBVAL) lessons/
 	$(PORTABLE) $(BIN)/python $(NBVAL) -q lessons/
 
-test-book: check-browser $(VENV_STAMP) $(NPM_STAMP)
+test-book: $(BROWSER_CHECK) $(VENV_STAMP) $(NPM_STAMP)
 	@echo "== book build (full rebuild, warnings are errors)"
 	$(MAKE) book JB_FLAGS=--all
 	BOOK_SITE_REQUIRED=1 $(BIN)/python -m pytest tests/book/site/test_site_build.py
@@ -153,8 +157,7 @@ test-book: check-browser $(VENV_STAMP) $(NPM_STAMP)
 	BOOK_SITE_REQUIRED=1 $(BIN)/python -m pytest tests/book/site/test_site_pdf.py
 
 # The environments test-standalone runs each lesson in: Colab's package versions and the
-# newest that requirements.txt pins. make test runs Colab's alone (nbval has just run every
-# lesson at the newest pins, in .venv); .ci/run and the GitHub workflow run the newest after it.
+# newest that requirements.txt pins (STANDALONE_ENVS=colab for one); make test runs both.
 STANDALONE_ENVS ?= colab newest
 
 test-standalone: $(VENV_STAMP)
@@ -162,7 +165,7 @@ test-standalone: $(VENV_STAMP)
 	$(BIN)/python tests/check_lessons_standalone.py $(addprefix --env ,$(STANDALONE_ENVS))
 
 # Needs the site and the PDF that test-book builds.
-test-browser: check-browser $(VENV_STAMP) $(NPM_STAMP)
+test-browser: $(BROWSER_CHECK) $(VENV_STAMP) $(NPM_STAMP)
 	@echo "== the site in a browser (weight, layout shift, axe-core, figures, navigation, search)"
 	BOOK_SITE_REQUIRED=1 $(BIN)/python -m pytest -n 3 --dist loadfile \
 	  tests/book/site/test_site_browser.py tests/book/site/test_site_figures.py \

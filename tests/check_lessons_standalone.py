@@ -15,8 +15,7 @@ Both ends of the supported range of versions are tested, each in its own environ
   dependencies, would install attnlib alone;
 - ``newest``: the versions ``requirements.txt`` pins for the book's own environment.
 
-``make test`` runs ``colab`` (nbval has just run every lesson at the newest pins);
-``.ci/run`` and the GitHub workflow run ``newest`` after it.
+``make test`` runs both, beside its other parts.
 
 In both, attnlib's dependencies (pyproject.toml) must all be among what the environment
 holds: ``pip check`` fails otherwise, naming the package.

@@ -108,8 +108,12 @@ def test_int8_cache_gives_logits_close_to_the_float_cache(book):
     assert (got.argmax(-1) == want.argmax(-1)).float().mean() > 0.98
     # token by token the keys round differently in the last bit, and a number that lands
     # on a rounding boundary x / s = k + 1/2 may take the other integer: a change of one
-    # scale in one number, not of the float rounding alone
-    torch.testing.assert_close(steps, got, atol=1e-2, rtol=0)
+    # scale in one number, whose effect on a single logit depends on the CPU's kernels (up to
+    # 0.011 seen). Decoding step by step is held to the same 2% as the one pass, and its
+    # drift from the one pass to a small part of the quantisation error itself (7e-5 of the
+    # logits' norm seen, against 6.5e-3 for int8 against float)
+    assert float((steps - want).norm() / want.norm()) < 0.02
+    assert float((steps - got).norm() / got.norm()) < 1e-3
     with torch.no_grad():
         a = book.generate(ids[:2, :20], 12)
         b = book.generate(ids[:2, :20], 12, caches=[QuantKVCache(8, 8) for _ in book.blocks])
