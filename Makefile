@@ -126,17 +126,17 @@ test-lib: $(VENV_STAMP) $(NPM_STAMP)
 	$(BIN)/python -m pytest --doctest-modules attnlib
 	$(PORTABLE) $(BIN)/python -m pytest -q --doctest-modules attnlib
 
-# make test: four parts that need nothing from each other run two at a time. test-book and
-# test-lib start first: each keeps one CPU busy and cannot use more, while nbval and the
-# standalone lessons run a kernel per CPU and fill whatever the other part leaves, so they
-# come after them and none of the four ends alone on one CPU. Each part's output is printed
-# when it ends. The browser checks come last and alone: they need the built site and the
+# make test: four parts that need nothing from each other run two at a time, in the order
+# that keeps both CPUs busy: test-book (mostly one CPU) beside the standalone lessons, whose
+# two environments are installed side by side and whose lessons then run a kernel per CPU;
+# test-lib (one CPU) takes the first free slot and nbval (a kernel per CPU) the last, so
+# that what ends last can use both CPUs. Each part's output is printed when it ends. The browser checks come last and alone: they need the built site and the
 # PDF, and their three browsers fill both CPUs by themselves.
 TEST_JOBS ?= 2
 
 test: check-browser $(VENV_STAMP) $(NPM_STAMP)
-	@echo "== test-book, test-lib, test-nbval, test-standalone: $(TEST_JOBS) at a time, each part's output when it ends"
-	$(MAKE) -j $(TEST_JOBS) --output-sync=target test-book test-lib test-nbval test-standalone \
+	@echo "== test-book, test-standalone, test-lib, test-nbval: $(TEST_JOBS) at a time, each part's output when it ends"
+	$(MAKE) -j $(TEST_JOBS) --output-sync=target test-book test-standalone test-lib test-nbval \
 	  BROWSER_CHECKED=1
 	$(MAKE) test-browser BROWSER_CHECKED=1
 	@echo "== actionlint"

@@ -158,7 +158,7 @@ def setup_cell_changes(python: Path, wheel: Path, workdir: Path) -> list[str]:
     pip = [python, "-m", "pip"]
     subprocess.run([*pip, "uninstall", "--quiet", "--yes", "attnlib"], check=False,
                    capture_output=True)
-    report = workdir / "dry-run.json"
+    report = workdir / f"dry-run-{python.parents[1].name}.json"  # one per environment
     subprocess.run(
         [*pip, "install", "--quiet", "--dry-run", "--report", report, wheel], check=True
     )
@@ -281,12 +281,15 @@ def main() -> int:
     pythons = {}
     with tempfile.TemporaryDirectory(prefix="attnlib-wheel-") as tmp:
         wheel = _build_wheel(Path(tmp))
-        for env in envs:
-            python = prepare_environment(env, wheel, Path(tmp))
-            if python is None:
-                failed += len(lessons)
-            else:
-                pythons[env] = python
+        # The environments are made side by side: pip is one process on one CPU, and
+        # waits for the network where the packages are not cached.
+        with ThreadPoolExecutor(max_workers=len(envs)) as pool:
+            prepared = pool.map(lambda env: prepare_environment(env, wheel, Path(tmp)), envs)
+            for env, python in zip(envs, prepared, strict=True):
+                if python is None:
+                    failed += len(lessons)
+                else:
+                    pythons[env] = python
     # One kernel per lesson, as many at once as there are CPUs, the lessons of both
     # environments in one queue; results print in order.
     runs = [(env, lesson) for env in pythons for lesson in lessons]
