@@ -130,8 +130,9 @@ test-lib: $(VENV_STAMP) $(NPM_STAMP)
 # that keeps both CPUs busy: test-book (mostly one CPU) beside the standalone lessons, whose
 # two environments are installed side by side and whose lessons then run a kernel per CPU;
 # test-lib (one CPU) takes the first free slot and nbval (a kernel per CPU) the last, so
-# that what ends last can use both CPUs. Each part's output is printed when it ends. The browser checks come last and alone: they need the built site and the
-# PDF, and their three browsers fill both CPUs by themselves.
+# that what ends last can use both CPUs. Each part's output is printed when it ends. The
+# browser checks come last and alone: they need the built site and the PDF, and their
+# three browsers fill both CPUs by themselves.
 TEST_JOBS ?= 2
 
 test: check-browser $(VENV_STAMP) $(NPM_STAMP)
