@@ -23,7 +23,7 @@ PDF := $(HTML)/attention-book.pdf
 # CHROMIUM=/path names another). make test and make pdf check for it before anything runs.
 CHROMIUM ?= /usr/bin/chromium
 export CHROMIUM
-# The parts of make test skip check-browser, which make test has run already: a phony
+# Inside make test, which has run check-browser already, test-book skips it: a phony
 # prerequisite would hold test-book back while make -j starts the parts listed after it.
 BROWSER_CHECK := $(if $(BROWSER_CHECKED),,check-browser)
 # Extra flags for `jupyter-book build`; `make test` passes --all for a full rebuild.
@@ -90,7 +90,7 @@ check-browser:
 	fi
 
 # The single-page build, printed by Chromium (book/_ext/print_pdf.py): no TeX.
-pdf: $(BROWSER_CHECK) $(VENV_STAMP) $(NPM_STAMP)
+pdf: check-browser $(VENV_STAMP) $(NPM_STAMP)
 	@mkdir -p $(LOGS)
 	@echo "jupyter-book build . --builder singlehtml  (log: $(LOGS)/pdf-build.log)"
 	$(BIN)/jupyter-book build . --builder singlehtml -W --keep-going $(JB_FLAGS) \
@@ -139,7 +139,7 @@ test: check-browser $(VENV_STAMP) $(NPM_STAMP)
 	@echo "== test-book, test-standalone, test-lib, test-nbval: $(TEST_JOBS) at a time, each part's output when it ends"
 	$(MAKE) -j $(TEST_JOBS) --output-sync=target test-book test-standalone test-lib test-nbval \
 	  BROWSER_CHECKED=1
-	$(MAKE) test-browser BROWSER_CHECKED=1
+	$(MAKE) test-browser
 	@echo "== actionlint"
 	$(BIN)/actionlint
 	@echo "make test: every check passed"
@@ -166,7 +166,7 @@ test-standalone: $(VENV_STAMP)
 	$(BIN)/python tests/check_lessons_standalone.py $(addprefix --env ,$(STANDALONE_ENVS))
 
 # Needs the site and the PDF that test-book builds.
-test-browser: $(BROWSER_CHECK) $(VENV_STAMP) $(NPM_STAMP)
+test-browser: check-browser $(VENV_STAMP) $(NPM_STAMP)
 	@echo "== the site in a browser (weight, layout shift, axe-core, figures, navigation, search)"
 	BOOK_SITE_REQUIRED=1 $(BIN)/python -m pytest -n 3 --dist loadfile \
 	  tests/book/site/test_site_browser.py tests/book/site/test_site_figures.py \
