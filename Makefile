@@ -47,7 +47,7 @@ help:
 	@echo "make serve      build, then serve it at http://127.0.0.1:$(PORT)"
 	@echo "make lab        JupyterLab on the lessons"
 	@echo "make execute    run lessons top to bottom and save their outputs (NB=path for one)"
-	@echo "make models     re-train every model attnlib ships (attnlib/weights; about 55 minutes of CPU time, one thread)"
+	@echo "make models     re-train every model attnlib ships (attnlib/models/weights; about 55 minutes of CPU time, one thread)"
 	@echo "make test       ruff, pytest, nbval, book build, standalone lessons, PDF, browser, actionlint"
 	@echo "make test-lib   the fast part: ruff, pytest (no site checks), doctests"
 	@echo "                 (the other parts of make test: test-nbval, test-book, test-standalone,"
@@ -111,10 +111,10 @@ lab: $(VENV_STAMP)
 execute: $(VENV_STAMP)
 	$(BIN)/python tests/execute_lessons.py $(NB)
 
-# Re-create every shipped model from scratch (python -m attnlib.train, one thread); the
+# Re-create every shipped model from scratch (python -m attnlib.models.train, one thread); the
 # fine-tuned conversions run after the models they start from. Not part of `make test`.
 models: $(VENV_STAMP)
-	$(BIN)/python -m attnlib.train all
+	$(BIN)/python -m attnlib.models.train all
 
 # Day-to-day work on attnlib: lint, the tests, the docstring examples; no lesson runs, no site.
 test-lib: $(VENV_STAMP) $(NPM_STAMP)

@@ -23,8 +23,8 @@ from functools import partial
 import torch
 from timing import median_seconds
 
-from attnlib.gqa import MultiHeadAttention
-from attnlib.mla import MultiHeadLatentAttention
+from attnlib.layers.gqa import MultiHeadAttention
+from attnlib.layers.mla import MultiHeadLatentAttention
 
 D_IN, HEADS, D_HEAD = 2048, 32, 64
 

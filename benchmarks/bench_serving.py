@@ -1,21 +1,21 @@
 """Benchmark 7: serving the trained ``book`` model (chapter 11), on its held-out text.
 
 All four parts use the shipped ``book`` model (4 layers, width 128, 4 heads of 16, RoPE,
-float32) and prompts cut from ``attnlib.train.eval_set()``, the evaluation set of every
+float32) and prompts cut from ``attnlib.models.train.eval_set()``, the evaluation set of every
 card.
 
-* paged: greedy decoding of one sequence through a :class:`~attnlib.paged.PagedKVCache`
+* paged: greedy decoding of one sequence through a :class:`~attnlib.serving.paged.PagedKVCache`
   per layer (blocks of 16 tokens), against the contiguous caches ``generate`` preallocates;
   time per new token, and the tokens must be identical.
 * batching: a mix of requests (prompt and output lengths, arrival steps) served by
-  :func:`~attnlib.batching.continuous_batching`, against the counts of static batches of
-  the same size (:func:`~attnlib.batching.static_batching_counts`): real tokens per forward
+  :func:`~attnlib.serving.batching.continuous_batching`, against the counts of static batches of
+  the same size (:func:`~attnlib.serving.batching.static_batching_counts`): real tokens per forward
   pass, a count, not a time; each request's output must equal its run alone.
-* speculative: greedy :func:`~attnlib.speculative.speculative_generate` with the shipped
+* speculative: greedy :func:`~attnlib.serving.speculative.speculative_generate` with the shipped
   ``book-draft`` proposing ``k`` characters, against plain greedy ``generate``: the kept
   fraction of proposals, target passes per generated character, and the wall-clock ratio
   (the tokens must be identical).
-* quantised: :func:`~attnlib.quant.quantised_loss` for several key and value choices
+* quantised: :func:`~attnlib.serving.quant.quantised_loss` for several key and value choices
   (bits, per-token or per-channel scales): the caches' bytes over the float cache's, and
   the held-out loss.
 * Hugging Face's quantised cache: the same weights in ``LlamaForCausalLM``
@@ -35,10 +35,10 @@ from bench_hf import llama_twin
 from timing import median_seconds
 
 import attnlib
-from attnlib.batching import Request, continuous_batching, static_batching_counts
-from attnlib.paged import PagedKVCache
-from attnlib.quant import quantised_loss
-from attnlib.speculative import speculative_generate
+from attnlib.serving.batching import Request, continuous_batching, static_batching_counts
+from attnlib.serving.paged import PagedKVCache
+from attnlib.serving.quant import quantised_loss
+from attnlib.serving.speculative import speculative_generate
 
 PROMPT_LEN = 32
 BLOCK_SIZE = 16
@@ -53,8 +53,8 @@ QUANT_SETTINGS = (
 
 
 def _models(device: torch.device) -> tuple:
-    target = attnlib.pretrained.load("book", device=device).eval()
-    draft = attnlib.pretrained.load("book-draft", device=device).eval()
+    target = attnlib.models.pretrained.load("book", device=device).eval()
+    draft = attnlib.models.pretrained.load("book-draft", device=device).eval()
     return target, draft
 
 
@@ -215,7 +215,7 @@ def run(device: torch.device, sizes: dict, repeats: dict) -> dict:
     """All four parts; ``sizes`` holds ``paged`` (new tokens), ``batching`` (requests,
     max_batch, chunk), ``speculative`` (new tokens, ks) and ``eval_rows``."""
     target, draft = _models(device)
-    ids, targets = attnlib.train.eval_set()
+    ids, targets = attnlib.models.train.eval_set()
     ids, targets = ids[: sizes["eval_rows"]], targets[: sizes["eval_rows"]]
     b, s = sizes["batching"], sizes["speculative"]
     quant = quantised(device, target, ids, targets)

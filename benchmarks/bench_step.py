@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from timing import median_seconds
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from attnlib.gqa import GroupedQueryAttention
+from attnlib.layers.gqa import GroupedQueryAttention
 
 D_IN, HEADS, D_HEAD = 2048, 32, 64
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 import math
 import subprocess
@@ -19,20 +20,21 @@ PACKAGE = Path(attnlib.__file__).parent
 
 # The top level: the contract's names plus the functional core, and nothing else.
 CONTRACT = {
-    "core": ["KERNELS", "attention", "attention_weights", "similarity", "row_normalise"],
-    "masks": ["causal_mask", "key_padding_mask", "sliding_window_mask"],
-    "heads": ["split_heads", "merge_heads", "repeat_kv"],
-    "rope": ["apply_rope"],
-    "gqa": ["GroupedQueryAttention", "MultiHeadAttention", "MultiQueryAttention",
-            "grouped_query_attention"],
-    "mla": ["MultiHeadLatentAttention", "mla_from_mha", "mla_naive", "mla_absorbed"],
-    "attention_layer": ["AttentionLayer"],
-    "cache": ["Cache", "KVCache", "LatentCache"],
-    "norms": ["LayerNorm", "RMSNorm", "layer_norm", "rms_norm"],
-    "layers": ["FeedForward", "TransformerBlock", "TinyDecoder", "feed_forward"],
-    "memory": ["ModelSpec", "kv_cache_bytes", "mla_cache_bytes", "LLAMA3_70B", "GEMMA3_27B",
-               "DEEPSEEK_V2"],
-    "flash": ["tiled_attention"],
+    "core.functional": ["KERNELS", "attention", "attention_weights", "similarity",
+                        "row_normalise"],
+    "core.masks": ["causal_mask", "key_padding_mask", "sliding_window_mask"],
+    "core.heads": ["split_heads", "merge_heads", "repeat_kv"],
+    "core.rope": ["apply_rope"],
+    "layers.gqa": ["GroupedQueryAttention", "MultiHeadAttention", "MultiQueryAttention",
+                   "grouped_query_attention"],
+    "layers.mla": ["MultiHeadLatentAttention", "mla_from_mha", "mla_naive", "mla_absorbed"],
+    "layers.base": ["AttentionLayer"],
+    "serving.cache": ["Cache", "KVCache", "LatentCache"],
+    "layers.norms": ["LayerNorm", "RMSNorm", "layer_norm", "rms_norm"],
+    "layers.blocks": ["FeedForward", "TransformerBlock", "TinyDecoder", "feed_forward"],
+    "analysis.memory": ["ModelSpec", "kv_cache_bytes", "mla_cache_bytes", "LLAMA3_70B",
+                        "GEMMA3_27B", "DEEPSEEK_V2"],
+    "analysis.flash": ["tiled_attention"],
     "device": ["default_device"],
 }
 PUBLIC = [name for names in CONTRACT.values() for name in names]
@@ -40,9 +42,9 @@ CALLABLES = [n for n in PUBLIC if callable(getattr(attnlib, n))]
 
 
 def test_all_is_exactly_the_contract():
-    assert sorted(attnlib.__all__) == sorted(["__version__", *PUBLIC])
-    assert len(attnlib.__all__) == 41  # 40 names and __version__
-    assert attnlib.__version__ == "0.4.0"
+    assert sorted(attnlib.__all__) == sorted(PUBLIC)
+    assert len(attnlib.__all__) == 40
+    assert attnlib.__version__ == "0.5.0"
 
 
 @pytest.mark.parametrize("module,name", [(m, n) for m, names in CONTRACT.items() for n in names])
@@ -53,16 +55,16 @@ def test_every_name_is_its_submodule_object(module, name):
 
 @pytest.mark.parametrize("path", [
     "tokens.BPETokenizer", "tokens.CharTokenizer", "tokens.WordTokenizer", "tokens.CORPUS",
-    "tokens.embed", "tokens.row_cosines", "memory.LLAMA3_8B", "memory.PRESETS",
-    "memory.CACHE_KINDS", "rope.rope_matrix", "rope.rope_permutation", "rope.rope_frequencies",
-    "rope.rope_tables", "rope.rope_rotate", "rope.RopeTables",
-    "heads.kv_head_index", "sliding.SlidingWindowAttention", "sliding.WindowCache",
-    "heads.head_mask", "layers.FFN_KINDS", "layers.NORM_PLACEMENTS", "layers.swiglu",
-    "mla.mla_merged_weights",
+    "tokens.embed", "tokens.row_cosines", "analysis.memory.LLAMA3_8B", "analysis.memory.PRESETS",
+    "analysis.memory.CACHE_KINDS", "core.rope.rope_matrix", "core.rope.rope_permutation",
+    "core.rope.rope_frequencies", "core.rope.rope_tables", "core.rope.rope_rotate",
+    "core.rope.RopeTables", "core.heads.kv_head_index", "layers.sliding.SlidingWindowAttention",
+    "serving.cache.WindowCache", "core.heads.head_mask", "layers.blocks.FFN_KINDS",
+    "layers.blocks.NORM_PLACEMENTS", "layers.blocks.swiglu", "layers.mla.mla_merged_weights",
 ])
 def test_names_outside_all_stay_in_their_submodule(path):
-    module, name = path.split(".")
-    assert getattr(getattr(attnlib, module), name) is not None
+    module, name = path.rsplit(".", 1)
+    assert getattr(importlib.import_module(f"attnlib.{module}"), name) is not None
     assert name not in attnlib.__all__
 
 
@@ -261,11 +263,145 @@ def test_no_module_imports_another_modules_private_names():
 
 def test_the_layering_check_can_fail():
     source = (
-        "from attnlib.gqa import _check_config\n"
-        "from attnlib.heads import split_heads\n"
+        "from attnlib.layers.gqa import _check_config\n"
+        "from attnlib.core.heads import split_heads\n"
         "from attnlib._checks import check_tensor\n"
         "from attnlib._secret import helper\n"
         "import attnlib._secret\n"
     )
-    assert _private_imports(source, "attnlib.mla") == [
-        "attnlib.gqa._check_config", "attnlib._secret", "attnlib._secret"]
+    assert _private_imports(source, "attnlib.layers.mla") == [
+        "attnlib.layers.gqa._check_config", "attnlib._secret", "attnlib._secret"]
+
+
+# --- the floor plan: folders by layer of the design, each importing only from those below ---
+
+# A folder's rank: it may import from the root's helpers and from folders of a lower rank.
+RANKS = {"root": 0, "core": 1, "serving": 2, "layers": 3, "analysis": 4, "models": 5,
+         "kernels": 5, "viz": 6, "exercises": 6}
+
+
+def _folder(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (PACKAGE / parts[-1]).is_dir() else "root"
+
+
+def _attnlib_imports(source: str) -> list[str]:
+    """Every ``attnlib.*`` module a source imports, at the top or inside a function."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "attnlib":
+                found += [f"attnlib.{a.name}" for a in node.names]
+            elif node.module.startswith("attnlib."):
+                found.append(node.module)
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.startswith("attnlib.")]
+    return found
+
+
+def test_root_holds_few_modules_and_the_folders_are_packages():
+    root = sorted(p.stem for p in PACKAGE.glob("*.py"))
+    assert root == ["__init__", "_checks", "_params", "device", "examples", "tokens"]
+    assert len(root) <= 8
+    folders = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
+    assert set(RANKS) - {"root"} >= set(folders) and len(folders) >= 5, folders
+    for folder in set(folders) - {"viz", "exercises"}:   # those two list lessons, not modules
+        doc = importlib.import_module(f"attnlib.{folder}").__doc__ or ""
+        for module in sorted((PACKAGE / folder).glob("[!_]*.py")):
+            assert f"``{module.stem}``" in doc, f"attnlib/{folder}/__init__ omits {module.stem}"
+
+
+def test_each_folder_imports_only_from_the_folders_below_it():
+    upward = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path == PACKAGE / "__init__.py":
+            continue
+        here = "attnlib." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+        for target in _attnlib_imports(path.read_text()):
+            a, b = _folder(here), _folder(target)
+            if a != b and RANKS[b] >= RANKS[a]:
+                upward.append(f"{here} -> {target}")
+    assert upward == []
+
+
+def test_the_floor_plan_check_can_fail():
+    source = "from attnlib.layers.gqa import grouped_query_attention\nimport attnlib.viz.core\n"
+    assert _attnlib_imports(source) == ["attnlib.layers.gqa", "attnlib.viz.core"]
+    assert _folder("attnlib.serving.quant") == "serving" and _folder("attnlib.tokens") == "root"
+    assert RANKS[_folder("attnlib.layers.gqa")] > RANKS[_folder("attnlib.serving.quant")]
+
+
+# The public names of each folder: a change here is a change to the library's surface.
+SURFACE = {
+    "core": ["KERNELS", "Llama3Scaling", "RopeTables", "YarnScaling", "apply_rope", "attention",
+             "attention_weights", "causal_mask", "head_mask", "key_padding_mask",
+             "kv_head_index", "merge_heads", "position_ids", "query_positions", "repeat_kv",
+             "rope_frequencies", "rope_matrix", "rope_permutation", "rope_rotate",
+             "rope_tables", "row_normalise", "similarity", "sliding_window_mask",
+             "split_heads"],
+    "serving": [
+            "AXES", "BITS", "BatchCounts", "BatchResult", "BlockAllocator", "Cache",
+            "KVCache", "LatentCache", "PagedKVCache", "PagingMemory", "QuantKVCache",
+            "Quantised", "Request", "RollbackKVCache", "Rows", "SinkCache",
+            "SpeculativeResult", "StaticKVCache", "StaticLatentCache", "WindowCache",
+            "accept_reject", "attention_error", "batch_mask", "check_options",
+            "continuous_batching", "dequantise", "held_values", "kept_positions",
+            "min_p_filter", "paging_memory", "quantise", "quantised_loss",
+            "recomputed_logits", "rolling_logits", "sample", "speculative_generate",
+            "static_batching_counts", "temperature_scale", "top_k_filter",
+            "top_p_filter", "warp"
+    ],
+    "layers": [
+            "ATTENTION", "AttendFn", "AttentionLayer", "FFN_KINDS", "FeedForward",
+            "GatedAttention", "GroupedQueryAttention", "LayerNorm",
+            "MultiHeadAttention", "MultiHeadLatentAttention", "MultiQueryAttention",
+            "NORM_KINDS", "NORM_PLACEMENTS", "RMSNorm", "RopeFn",
+            "SlidingWindowAttention", "TinyDecoder", "TransformerBlock", "feed_forward",
+            "gqa_from_mha", "grouped_query_attention", "layer_norm", "mla_absorbed",
+            "mla_from_mha", "mla_merged_weights", "mla_naive", "output_gate",
+            "register_attention", "rms_norm", "swiglu"
+    ],
+    "analysis": [
+            "CACHE_KINDS", "DECODE_PATHS", "DEEPSEEK_V2", "DEEPSEEK_V3", "ESTIMATORS",
+            "FFN_MATRICES", "GEMMA3_27B", "LLAMA2_7B", "LLAMA3_70B", "LLAMA3_8B",
+            "LinearAttentionState", "MISTRAL_7B", "ModelSpec", "PRESETS",
+            "decode_step_macs", "delta_rule", "effective_sample_size",
+            "elu_feature_map", "fit_exponent", "gaussian_features", "gaussian_sketch",
+            "generation_macs", "importance_attention", "kv_cache_bytes",
+            "linear_attention", "linear_attention_recurrent", "linformer_attention",
+            "mla_cache_bytes", "mla_decode_cost", "multiply_adds", "norm_proposal",
+            "nystrom_attention", "performer_attention", "positive_random_features",
+            "product_probabilities", "random_feature_kernel", "randomised_mla_from_mha",
+            "randomised_svd", "randomised_svd_multiply_adds", "sample_keys",
+            "sampled_product", "sampled_product_mse", "sampling_variance",
+            "sketch_attention", "sketch_proposal", "sketched_logits", "tiled_attention",
+            "topk_attention", "topk_mask"
+    ],
+}
+
+
+@pytest.mark.parametrize("folder", sorted(SURFACE))
+def test_each_folders_public_names_are_listed(folder):
+    module = importlib.import_module(f"attnlib.{folder}")
+    assert sorted(module.__all__) == SURFACE[folder]
+    for name in module.__all__:
+        assert getattr(module, name) is not None, f"attnlib.{folder}.{name}"
+
+
+@pytest.mark.parametrize("old,new", sorted(attnlib.MODULES_04.items()))
+def test_the_module_names_of_0_4_reach_the_same_modules(old, new):
+    assert getattr(attnlib, old) is importlib.import_module(new)
+    assert old in dir(attnlib)
+
+
+def test_the_trained_models_load_on_first_use():
+    code = (
+        "import sys, attnlib\n"
+        "assert not any(m.startswith('attnlib.models.') for m in sys.modules)\n"
+        "assert 'torch.nn' in sys.modules and 'attnlib.layers.gqa' in sys.modules\n"
+        "assert attnlib.models.pretrained.WEIGHTS.is_dir()\n"
+        "assert attnlib.pretrained is attnlib.models.pretrained\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=False, timeout=120)
+    assert done.returncode == 0, done.stderr

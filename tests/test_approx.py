@@ -1,4 +1,5 @@
-"""attnlib.approx against independent references: explicit Z^-1 A V with A = phi(Q) phi(K)^T,
+"""attnlib.analysis.approx against independent references: explicit Z^-1 A V with
+A = phi(Q) phi(K)^T,
 explicit loops over queries and keys, the closed form E[phi(q) . phi(k)] = exp(q . k), and a
 column-vector re-derivation of the delta rule."""
 
@@ -11,7 +12,7 @@ import torch
 from attnlib_testing import tolerances
 
 from attnlib import attention
-from attnlib.approx import (
+from attnlib.analysis.approx import (
     LinearAttentionState,
     delta_rule,
     elu_feature_map,

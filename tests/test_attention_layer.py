@@ -7,11 +7,12 @@ import pytest
 import torch
 
 import attnlib
-from attnlib import AttentionLayer, Cache, TinyDecoder, pretrained
-from attnlib.gates import GatedAttention
-from attnlib.gqa import GroupedQueryAttention, grouped_query_attention
-from attnlib.mla import MultiHeadLatentAttention
-from attnlib.sliding import SlidingWindowAttention
+from attnlib import AttentionLayer, Cache, TinyDecoder
+from attnlib.layers.gates import GatedAttention
+from attnlib.layers.gqa import GroupedQueryAttention, grouped_query_attention
+from attnlib.layers.mla import MultiHeadLatentAttention
+from attnlib.layers.sliding import SlidingWindowAttention
+from attnlib.models import pretrained
 
 
 def _ids(model: TinyDecoder, n: int = 20, seed: int = 0) -> torch.Tensor:
@@ -128,7 +129,7 @@ def test_a_cache_of_ones_own_decodes_like_attnlibs():
 def test_probes_read_weights_without_patching_the_layers():
     model = pretrained.load("book")
     before = [dict(b.attn.__dict__) for b in model.blocks]
-    maps = attnlib.probes.attention_maps(model, _ids(model, 10), dtype=None)  # this model
+    maps = attnlib.models.probes.attention_maps(model, _ids(model, 10), dtype=None)  # this model
     assert len(maps) == model.n_layers and maps[0].shape == (2, 4, 10, 10)
     for b, d in zip(model.blocks, before, strict=True):
         assert b.attn.__dict__.keys() == d.keys()

@@ -1,11 +1,11 @@
-"""attnlib.batching: each request as it runs alone; the counts against explicit sums."""
+"""attnlib.serving.batching: each request as it runs alone; the counts against explicit sums."""
 
 import pytest
 import torch
 
-from attnlib import pretrained, tasks
-from attnlib.batching import Request, continuous_batching, static_batching_counts
 from attnlib.layers import TinyDecoder
+from attnlib.models import pretrained, tasks
+from attnlib.serving.batching import Request, continuous_batching, static_batching_counts
 
 
 def _requests(n=6, seed=0):

@@ -8,7 +8,7 @@ import torch
 
 import attnlib
 from attnlib import KVCache, LatentCache
-from attnlib.cache import StaticKVCache
+from attnlib.serving.cache import StaticKVCache
 
 
 def test_kv_cache_appends_along_tokens(device):

@@ -1,4 +1,4 @@
-"""attnlib.convert: weights ported from Hugging Face's LlamaAttention and DeepseekV3Attention
+"""attnlib.models.convert: weights ported from Hugging Face's LlamaAttention and DeepseekV3Attention
 give the same outputs as those modules (on tiny random configs), and modules laid out
 otherwise are refused with a message naming the argument."""
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from attnlib import MultiHeadLatentAttention, causal_mask
-from attnlib.convert import from_hf_llama_attention, mla_from_deepseek
+from attnlib.models.convert import from_hf_llama_attention, mla_from_deepseek
 
 
 def _tril(n: int, device) -> torch.Tensor:

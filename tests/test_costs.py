@@ -1,4 +1,4 @@
-"""attnlib.costs: multiply-add counts against PyTorch's FlopCounterMode, explicit sums and
+"""attnlib.analysis.costs: multiply-add counts against PyTorch's FlopCounterMode, explicit sums and
 the matrix products a decoding step runs; the growth exponent against numpy's least squares."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from torch.overrides import TorchFunctionMode
 
 import attnlib
 from attnlib import LatentCache, MultiHeadLatentAttention
-from attnlib.costs import (
+from attnlib.analysis.costs import (
     DECODE_PATHS,
     decode_step_macs,
     fit_exponent,
     generation_macs,
     mla_decode_cost,
 )
-from attnlib.rope import apply_rope
+from attnlib.core.rope import apply_rope
 
 F64 = torch.float64
 
@@ -100,7 +100,7 @@ class _MacSpy(TorchFunctionMode):
 
 
 def _toy_spec(H, d_in, d_head, d_v, d_L, d_LQ, d_R):
-    return attnlib.memory.ModelSpec(
+    return attnlib.analysis.memory.ModelSpec(
         "toy", n_layers=1, d_model=d_in, n_heads=H, n_kv_heads=H, d_head=d_head, vocab_size=1,
         d_latent=d_L, d_rope=d_R, d_latent_q=d_LQ, d_v=d_v,
     )
@@ -164,7 +164,7 @@ def test_decode_cost_counts_the_matrix_products_run(d_LQ, d_R):
 
 
 def test_decode_cost_deepseek_v2_closed_forms():
-    spec, n, b = attnlib.memory.DEEPSEEK_V2, 4096, 2
+    spec, n, b = attnlib.analysis.memory.DEEPSEEK_V2, 4096, 2
     H, dh, dv, dL, dR, dLQ, d = 128, 128, 128, 512, 64, 1536, 5120
     cost = {p: mla_decode_cost(spec, n, path=p) for p in DECODE_PATHS}
     assert cost["expanded"]["cache_values_per_token"] == 2 * H * dh + dR == 32_832
@@ -185,11 +185,12 @@ def test_decode_cost_deepseek_v2_closed_forms():
 
 
 @pytest.mark.parametrize(("call", "error", "name"), [
-    (lambda: mla_decode_cost(attnlib.memory.LLAMA3_8B, 8), ValueError, "d_latent"),
+    (lambda: mla_decode_cost(attnlib.analysis.memory.LLAMA3_8B, 8), ValueError, "d_latent"),
     (lambda: mla_decode_cost("DeepSeek-V2", 8), TypeError, "spec"),
-    (lambda: mla_decode_cost(attnlib.memory.DEEPSEEK_V2, 0), ValueError, "n_ctx"),
-    (lambda: mla_decode_cost(attnlib.memory.DEEPSEEK_V2, 8, path="naive"), ValueError, "path"),
-    (lambda: mla_decode_cost(attnlib.memory.DEEPSEEK_V2, 8, bytes_per_elem=0), ValueError,
+    (lambda: mla_decode_cost(attnlib.analysis.memory.DEEPSEEK_V2, 0), ValueError, "n_ctx"),
+    (lambda: mla_decode_cost(attnlib.analysis.memory.DEEPSEEK_V2, 8, path="naive"), ValueError,
+     "path"),
+    (lambda: mla_decode_cost(attnlib.analysis.memory.DEEPSEEK_V2, 8, bytes_per_elem=0), ValueError,
      "bytes_per_elem"),
 ])
 def test_decode_cost_rejects(call, error, name):

@@ -22,7 +22,7 @@ from attnlib import (
     split_heads,
     tiled_attention,
 )
-from attnlib.heads import kv_head_index
+from attnlib.core.heads import kv_head_index
 
 q = torch.randn(2, 5, 8)
 k = torch.randn(2, 7, 8)

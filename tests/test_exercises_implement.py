@@ -201,7 +201,7 @@ def test_mistakes_are_told_apart_by_the_cases():
 
 
 def _card_loss_of(model, card) -> None:
-    from attnlib import train
+    from attnlib.models import train
 
     ids, targets = train.held_out("book")
     assert round(train.evaluate(model, ids, targets)["loss"], 5) == card["held_out"]["loss"]
@@ -211,7 +211,8 @@ def test_the_readers_functions_run_the_trained_models_at_the_cards_loss():
     """What lessons 02, 05, 06 and 08 do after their solutions: the exercises' references,
     put into the shipped models through attnlib's seam (with_attention, caches=), give the
     held-out loss of each model's card at its printed precision and attnlib's text."""
-    from attnlib import cache, pretrained, tasks, train
+    from attnlib.models import pretrained, tasks, train
+    from attnlib.serving import cache
 
     book = pretrained.load("book")
     chars = tasks.book_tokenizer()

@@ -1,4 +1,4 @@
-"""attnlib.gates.output_gate against an explicit loop over heads, rows and coordinates."""
+"""attnlib.layers.gates.output_gate against an explicit loop over heads, rows and coordinates."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import math
 import pytest
 import torch
 
-import attnlib.gates
-from attnlib.gates import output_gate
-from attnlib.heads import merge_heads
+import attnlib.layers.gates
+from attnlib.core.heads import merge_heads
+from attnlib.layers.gates import output_gate
 
 
 def test_module_is_reachable_as_attribute():
-    assert attnlib.gates.output_gate is output_gate
+    assert attnlib.layers.gates.output_gate is output_gate
 
 
 def test_heads_by_a_loop(gen):
@@ -80,7 +80,7 @@ def test_bad_input_is_named(thunk, exc, words):
 def test_gated_attention_gates_each_head_before_w_o(gen):
     """GatedAttention against GQA's own heads, gated by an explicit loop, then W_O."""
     from attnlib import GroupedQueryAttention
-    from attnlib.gates import GatedAttention
+    from attnlib.layers.gates import GatedAttention
 
     gated = GatedAttention(6, 4, 2, 2, rope_base=100.0, dtype=torch.float64)
     plain = GroupedQueryAttention(6, 4, 2, 2, 8, rope_base=100.0, dtype=torch.float64)
@@ -106,7 +106,7 @@ def test_gated_decoder_decodes_with_a_cache():
 
     model = attnlib.TinyDecoder(20, d_model=16, n_layers=2, n_heads=4, n_kv_heads=2,
                                 attention="gated", seed=0, dtype=torch.float64)
-    assert isinstance(model.blocks[0].attn, attnlib.gates.GatedAttention)
+    assert isinstance(model.blocks[0].attn, attnlib.layers.gates.GatedAttention)
     assert all(isinstance(c, attnlib.KVCache) for c in model.new_caches())
     ids = torch.randint(20, (2, 6))
     caches = model.new_caches()
@@ -117,9 +117,9 @@ def test_gated_decoder_decodes_with_a_cache():
 
 def test_gated_attention_is_a_registered_variant():
     import attnlib
-    from attnlib.cache import StaticKVCache
-    from attnlib.gates import GatedAttention
-    from attnlib.variants import ATTENTION
+    from attnlib.layers.gates import GatedAttention
+    from attnlib.layers.variants import ATTENTION
+    from attnlib.serving.cache import StaticKVCache
 
     assert "gated" in ATTENTION
     block = attnlib.TransformerBlock(16, 4, n_kv_heads=2, attention="gated", rope_base=100.0)

@@ -18,8 +18,8 @@ from attnlib import (
     grouped_query_attention,
     key_padding_mask,
 )
-from attnlib.gqa import gqa_from_mha
-from attnlib.memory import kv_cache_bytes
+from attnlib.analysis.memory import kv_cache_bytes
+from attnlib.layers.gqa import gqa_from_mha
 
 
 def _rotate_half(x):

@@ -1,4 +1,4 @@
-"""attnlib.heads: heads are column blocks, and the group map h -> h // (H // G)."""
+"""attnlib.core.heads: heads are column blocks, and the group map h -> h // (H // G)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnlib import merge_heads, repeat_kv, split_heads
-from attnlib.heads import kv_head_index
+from attnlib.core.heads import kv_head_index
 
 
 def test_split_heads_takes_column_blocks(gen):

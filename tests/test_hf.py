@@ -2,7 +2,8 @@
 
 Each test builds a tiny random configuration (nothing is downloaded), instantiates the
 Hugging Face module directly, and ports its weights into attnlib with attnlib's own
-converters, ``attnlib.convert.from_hf_llama_attention`` and ``attnlib.convert.mla_from_deepseek``
+converters, ``attnlib.models.convert.from_hf_llama_attention`` and
+``attnlib.models.convert.mla_from_deepseek``
 (attnlib multiplies from the right, so ``W_Q = q_proj.weight.T`` and so on). The outputs
 must agree to float32 precision.
 
@@ -35,7 +36,7 @@ from transformers.models.llama.modeling_llama import (
 )
 
 from attnlib import GroupedQueryAttention, KVCache, LatentCache, TinyDecoder
-from attnlib.convert import from_hf_llama_attention, mla_from_deepseek
+from attnlib.models.convert import from_hf_llama_attention, mla_from_deepseek
 
 # rtol 2e-5 is the target precision. atol covers entries that come out near zero through
 # cancellation: such an entry sums terms of size ~0.1 to 1 with float32 rounding
@@ -338,19 +339,19 @@ def _llama_of(model: TinyDecoder) -> LlamaForCausalLM:
 def test_hf_continuous_batching_gives_attnlib_continuous_batching_tokens(device):
     """Chapter 11's six requests, served by Hugging Face's ``generate_batch`` (its paged
     cache and scheduler) on the trained ``book`` model converted to ``LlamaForCausalLM``,
-    and by ``attnlib.batching.continuous_batching``: every request gets the same greedy
+    and by ``attnlib.serving.batching.continuous_batching``: every request gets the same greedy
     characters, which are also those of the request run alone."""
     import transformers
     from transformers import GenerationConfig
 
     import attnlib
-    from attnlib.batching import Request, continuous_batching
     from attnlib.examples import SERVING_REQUESTS
+    from attnlib.serving.batching import Request, continuous_batching
 
     transformers.logging.set_verbosity_error()
-    book = attnlib.pretrained.load("book", device=device)
+    book = attnlib.models.pretrained.load("book", device=device)
     hf = _llama_of(book)
-    ids, _ = attnlib.train.eval_set()
+    ids, _ = attnlib.models.train.eval_set()
     requests = [Request(ids[r, :P].tolist(), T, a) for r, (P, T, a) in enumerate(SERVING_REQUESTS)]
     ours = continuous_batching(book, requests, max_batch=3, n_blocks=64, block_size=8, chunk=8)
     longest = max(r.max_new_tokens for r in requests)
@@ -367,6 +368,7 @@ def test_hf_continuous_batching_gives_attnlib_continuous_batching_tokens(device)
                               request.max_new_tokens)[0, len(request.prompt):].tolist()
         assert tokens == alone
     # a different model gives different characters: the comparison can fail
-    assert continuous_batching(attnlib.pretrained.load("book-seed1", device=device), requests,
+    model = attnlib.models.pretrained.load("book-seed1", device=device)
+    assert continuous_batching(model, requests,
                                max_batch=3, n_blocks=64, block_size=8, chunk=8).outputs != \
         ours.outputs

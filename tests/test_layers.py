@@ -14,10 +14,10 @@ import torch
 import torch.nn.functional as F
 from attnlib_testing import randomise, tolerances
 
-from attnlib.cache import KVCache, LatentCache
+from attnlib.core.masks import key_padding_mask, position_ids
 from attnlib.layers import FeedForward, TinyDecoder, TransformerBlock
-from attnlib.masks import key_padding_mask, position_ids
-from attnlib.norms import LayerNorm, RMSNorm, layer_norm
+from attnlib.layers.norms import LayerNorm, RMSNorm, layer_norm
+from attnlib.serving.cache import KVCache, LatentCache
 
 F64 = torch.float64
 
@@ -359,7 +359,7 @@ def test_left_padded_batch_in_float32_and_a_wide_group(device, gen):
 
 def test_left_padded_batch_on_the_trained_book_model():
     """Logits of size ~10: float32 to a relative 1e-5; the same characters as each prompt alone."""
-    from attnlib import pretrained, tasks
+    from attnlib.models import pretrained, tasks
 
     book, chars = pretrained.load("book"), tasks.book_tokenizer()
     prompts = [chars.encode("The cache holds the keys and values"), chars.encode("A query")]
@@ -654,8 +654,8 @@ def test_a_forward_checks_once_and_its_sublayers_not_at_all():
 
 
 def test_a_registered_variant_is_built_by_blocks_and_decoders():
-    from attnlib.gqa import GroupedQueryAttention
-    from attnlib.variants import ATTENTION, register_attention
+    from attnlib.layers.gqa import GroupedQueryAttention
+    from attnlib.layers.variants import ATTENTION, register_attention
 
     @register_attention("test-mqa")
     def build(d_model, n_heads, d_head, *, rope_base=None, device=None, dtype=None):
@@ -679,7 +679,7 @@ def test_a_registered_variant_is_built_by_blocks_and_decoders():
 
 @pytest.mark.parametrize("attention", ["gqa", "mla"])
 def test_new_caches_with_room_equal_growing_caches(attention):
-    from attnlib.cache import StaticKVCache, StaticLatentCache
+    from attnlib.serving.cache import StaticKVCache, StaticLatentCache
 
     kw = {"d_latent": 6, "d_rope": 4} if attention == "mla" else {"n_kv_heads": 2}
     model = TinyDecoder(30, 16, 2, 4, attention=attention, seed=0, **kw)

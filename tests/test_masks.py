@@ -1,4 +1,4 @@
-"""attnlib.masks against explicit double loops and PyTorch's own conventions."""
+"""attnlib.core.masks against explicit double loops and PyTorch's own conventions."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlib import attention, causal_mask, key_padding_mask, sliding_window_mask
-from attnlib.masks import position_ids
+from attnlib.core.masks import position_ids
 
 
 @pytest.mark.parametrize("n_q,n_kv", [(1, 1), (4, 4), (2, 6), (6, 2), (5, 9)])

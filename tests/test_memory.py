@@ -1,4 +1,4 @@
-"""Tests for attnlib.memory: cache byte counts against closed forms written out here.
+"""Tests for attnlib.analysis.memory: cache byte counts against closed forms written out here.
 
 Every expected number is typed as the literal arithmetic from the sources (for example
 ``2 * 80 * 8 * 128 * 2`` for Llama 3 70B), counted with explicit loops, or measured on
@@ -14,7 +14,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnlib.memory import (
+from attnlib.analysis.memory import (
     CACHE_KINDS,
     DEEPSEEK_V2,
     DEEPSEEK_V3,

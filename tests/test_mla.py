@@ -1,4 +1,4 @@
-"""Tests for attnlib.mla against references written out here.
+"""Tests for attnlib.layers.mla against references written out here.
 
 The references are explicit per-head loops with ``torch.softmax`` (RoPE by complex
 multiplication, RMSNorm by its formula), PyTorch's ``scaled_dot_product_attention`` on
@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from torch.overrides import TorchFunctionMode
 
 import attnlib
-import attnlib.mla as mla_module
+import attnlib.layers.mla as mla_module
 from attnlib import (
     GroupedQueryAttention,
     KVCache,
@@ -34,8 +34,8 @@ from attnlib import (
     mla_from_mha,
     mla_naive,
 )
-from attnlib.memory import mla_cache_bytes
-from attnlib.mla import mla_merged_weights
+from attnlib.analysis.memory import mla_cache_bytes
+from attnlib.layers.mla import mla_merged_weights
 
 F64 = torch.float64
 
@@ -671,4 +671,4 @@ def test_exported():
     for name in ("MultiHeadLatentAttention", "mla_from_mha", "mla_naive", "mla_absorbed"):
         assert name in attnlib.__all__
         assert getattr(attnlib, name) is getattr(mla_module, name)
-    assert "mla_merged_weights" not in attnlib.__all__  # reachable as attnlib.mla.<name>
+    assert "mla_merged_weights" not in attnlib.__all__  # reachable as attnlib.layers.mla.<name>

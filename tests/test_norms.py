@@ -1,4 +1,4 @@
-"""attnlib.norms: LayerNorm and RMSNorm against torch's own (``nn.LayerNorm``,
+"""attnlib.layers.norms: LayerNorm and RMSNorm against torch's own (``nn.LayerNorm``,
 ``F.layer_norm``, ``nn.RMSNorm``, ``F.rms_norm``) and the formulas written out, in float32,
 float64 and bfloat16, and what bad input gets."""
 
@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from attnlib_testing import randomise, tolerances
 
-from attnlib.norms import LayerNorm, RMSNorm, layer_norm, rms_norm
+from attnlib.layers.norms import LayerNorm, RMSNorm, layer_norm, rms_norm
 
 F64 = torch.float64
 

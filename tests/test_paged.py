@@ -1,14 +1,14 @@
-"""attnlib.paged against a contiguous cache, an explicit slot map and closed forms."""
+"""attnlib.serving.paged against a contiguous cache, an explicit slot map and closed forms."""
 
 import math
 
 import pytest
 import torch
 
-from attnlib import pretrained, tasks
-from attnlib.cache import KVCache
 from attnlib.layers import TinyDecoder
-from attnlib.paged import BlockAllocator, PagedKVCache, batch_mask, paging_memory
+from attnlib.models import pretrained, tasks
+from attnlib.serving.cache import KVCache
+from attnlib.serving.paged import BlockAllocator, PagedKVCache, batch_mask, paging_memory
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""attnlib.pretrained: each shipped model loads, meets its card, decodes the same with a cache."""
+"""attnlib.models.pretrained: each shipped model loads, meets its card, decodes the same with a
+cache."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 import torch
 
 import attnlib
-from attnlib import pretrained, train
+from attnlib.models import pretrained, train
 
 MODELS = pretrained.names()
 VARIANTS = [(name, v) for name in MODELS for v in pretrained.variants(name)]
@@ -89,7 +90,7 @@ def test_each_model_meets_its_card(name):
     ids, targets = train.held_out(name)
     _close_to_card(train.evaluate(model, ids, targets, dtype=None), card["held_out"])
     if card["task"] == "book":
-        assert card["corpus_sha256"] == attnlib.tasks.book_sha256()
+        assert card["corpus_sha256"] == attnlib.models.tasks.book_sha256()
 
 
 @pytest.mark.parametrize(("name", "variant"), VARIANTS, ids=[f"{n}-{v}" for n, v in VARIANTS])

@@ -1,4 +1,4 @@
-"""attnlib.probes: attention maps against each layer's own output, scores against loops."""
+"""attnlib.models.probes: attention maps against each layer's own output, scores against loops."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import attnlib
-from attnlib import probes, tasks
-from attnlib.heads import merge_heads, repeat_kv, split_heads
+from attnlib.core.heads import merge_heads, repeat_kv, split_heads
+from attnlib.models import probes, tasks
 
 
 @pytest.mark.parametrize("rope_base", [10000.0, None])
@@ -65,7 +65,7 @@ def test_ablating_a_head_zeroes_its_contribution():
     assert not torch.equal(model.blocks[0].attn.W_O, ablated.blocks[0].attn.W_O)
     losses = probes.head_ablation(model, ids, ids)
     assert losses.shape == (1, 4)
-    assert losses[0, h].item() == attnlib.train.evaluate(ablated, ids, ids)["loss"]
+    assert losses[0, h].item() == attnlib.models.train.evaluate(ablated, ids, ids)["loss"]
 
 
 def test_first_token_share_and_its_uniform_value():

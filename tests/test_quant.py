@@ -1,11 +1,17 @@
-"""attnlib.quant: round-trip bounds from the scale, bytes in closed form, the book model."""
+"""attnlib.serving.quant: round-trip bounds from the scale, bytes in closed form, the book model."""
 
 import pytest
 import torch
 
-from attnlib import pretrained, train
-from attnlib.cache import KVCache
-from attnlib.quant import QuantKVCache, attention_error, dequantise, quantise, quantised_loss
+from attnlib.models import pretrained, train
+from attnlib.serving.cache import KVCache
+from attnlib.serving.quant import (
+    QuantKVCache,
+    attention_error,
+    dequantise,
+    quantise,
+    quantised_loss,
+)
 
 
 def _x(*shape, seed=0):

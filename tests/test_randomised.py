@@ -1,4 +1,4 @@
-"""attnlib.randomised against independent references: PyTorch's SDPA, explicit loops, exact
+"""attnlib.analysis.randomised against independent references: PyTorch's SDPA, explicit loops, exact
 enumeration of every outcome, closed forms, and seeded statistical checks of the bounds.
 
 Statistical tests are seeded, so each one gives the same verdict on every run. Their
@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 import attnlib
-from attnlib import randomised as R
+from attnlib.analysis import randomised as R
 
 F64 = torch.float64
 
@@ -265,7 +265,8 @@ def test_sampled_product_rejects_bad_input():
 
 def test_gaussian_sketch_is_features_over_sqrt_r():
     a = R.gaussian_sketch(6, 10, generator=torch.Generator().manual_seed(23), dtype=F64)
-    b = attnlib.approx.gaussian_features(6, 10, generator=torch.Generator().manual_seed(23),
+    b = attnlib.analysis.approx.gaussian_features(6, 10,
+                                                  generator=torch.Generator().manual_seed(23),
                                          dtype=F64)
     torch.testing.assert_close(a, b / math.sqrt(10))
 
@@ -275,7 +276,8 @@ def test_sketched_dot_product_mean_variance_and_jl_tail():
     q, k = torch.randn(8, generator=gen, dtype=F64), torch.randn(8, generator=gen, dtype=F64)
     r, draws = 32, 20_000
     # draws sketches of width r side by side: N(0, 1/r) entries
-    Omega = attnlib.approx.gaussian_features(8, r * draws, generator=gen, dtype=F64) / math.sqrt(r)
+    Omega = attnlib.analysis.approx.gaussian_features(8, r * draws, generator=gen,
+                                                      dtype=F64) / math.sqrt(r)
     est = ((q @ Omega) * (k @ Omega)).reshape(draws, r).sum(-1)
     exact, size = float(q @ k), float(q.norm() * k.norm())
     assert abs(float(est.mean()) - exact) <= 5 * float(est.std()) / math.sqrt(draws)
@@ -493,8 +495,8 @@ def test_multiply_adds_of_the_matrix_product_estimators_match_pytorch():
     assert _counted(R.nystrom_attention, Q, K, V, r) == R.multiply_adds(
         "nystrom", n_q, n_kv, d, d_v, r) - (n_q + n_kv) * d
     # random features: the normaliser phi(Q) (phi(K)^T 1) is (N_Q + N_KV) r, elementwise
-    Omega = attnlib.approx.gaussian_features(d, r, dtype=F64)
-    assert _counted(attnlib.approx.performer_attention, Q, K, V, Omega) == R.multiply_adds(
+    Omega = attnlib.analysis.approx.gaussian_features(d, r, dtype=F64)
+    assert _counted(attnlib.analysis.approx.performer_attention, Q, K, V, Omega) == R.multiply_adds(
         "random features", n_q, n_kv, d, d_v, r) - (n_q + n_kv) * r
 
 

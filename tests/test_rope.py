@@ -1,4 +1,4 @@
-"""attnlib.rope: relative positions, the two pairings, and orthogonality."""
+"""attnlib.core.rope: relative positions, the two pairings, and orthogonality."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import attnlib.rope
+import attnlib.core.rope
 from attnlib import GroupedQueryAttention, KVCache, MultiHeadLatentAttention, apply_rope
-from attnlib.rope import rope_frequencies, rope_matrix, rope_permutation
+from attnlib.core.rope import rope_frequencies, rope_matrix, rope_permutation
 
 
 def _explicit_rope(x, m, base, interleaved):
@@ -159,8 +159,8 @@ def test_inference_mode_first_then_a_training_step():
 
 
 def test_no_process_wide_table_cache():
-    """cos/sin are computed per call: no function of attnlib.rope memoises its results."""
-    cached = [name for name, f in vars(attnlib.rope).items() if hasattr(f, "cache_info")]
+    """cos/sin are computed per call: no function of attnlib.core.rope memoises its results."""
+    cached = [name for name, f in vars(attnlib.core.rope).items() if hasattr(f, "cache_info")]
     assert cached == []
 
 
@@ -174,11 +174,11 @@ YARN = {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings":
 
 def _scaling(params: dict):
     if params["rope_type"] == "llama3":
-        return attnlib.rope.Llama3Scaling(
+        return attnlib.core.rope.Llama3Scaling(
             factor=params["factor"], low_freq_factor=params["low_freq_factor"],
             high_freq_factor=params["high_freq_factor"],
             original_max_positions=params["original_max_position_embeddings"])
-    return attnlib.rope.YarnScaling(
+    return attnlib.core.rope.YarnScaling(
         factor=params["factor"], original_max_positions=params["original_max_position_embeddings"],
         beta_fast=params["beta_fast"], beta_slow=params["beta_slow"], mscale=params["mscale"],
         mscale_all_dim=params["mscale_all_dim"])
@@ -200,7 +200,7 @@ def test_scaled_cos_sin_match_hugging_faces_rotary_embedding(params, base):
     pos = torch.tensor([[0, 1, 5, 63, 64, 300, 1000]])
     cos_hf, sin_hf = hf(torch.zeros(1, 7, 64), pos)  # (1, N, d): both halves the same
     scaling = _scaling(params)
-    tables = attnlib.rope.rope_tables(pos[0], d, base=base, scaling=scaling)
+    tables = attnlib.core.rope.rope_tables(pos[0], d, base=base, scaling=scaling)
     torch.testing.assert_close(tables.cos, cos_hf[0], rtol=0, atol=2e-4)
     half = d // 2  # rotate_half's sign lives in the first half of attnlib's sin
     signed = torch.cat((-sin_hf[0, :, :half], sin_hf[0, :, half:]), -1)
@@ -235,7 +235,7 @@ def test_deepseek_v3_yarn_frequencies_and_softmax_factor():
         hidden_size=64, num_attention_heads=2, num_key_value_heads=2, q_lora_rank=None,
         kv_lora_rank=16, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=16,
         max_position_embeddings=163840, rope_parameters=params)
-    yarn = attnlib.rope.YarnScaling(40.0, 4096, mscale=1.0, mscale_all_dim=1.0)
+    yarn = attnlib.core.rope.YarnScaling(40.0, 4096, mscale=1.0, mscale_all_dim=1.0)
     hf = DeepseekV3RotaryEmbedding(config)
     torch.testing.assert_close(rope_frequencies(64, base=10000.0, scaling=yarn),
                                hf.inv_freq.double(), rtol=1e-6, atol=0)
@@ -250,11 +250,11 @@ def test_scaling_bad_input_names_the_argument():
     with pytest.raises(TypeError, match="scaling must be None"):
         apply_rope(torch.randn(3, 4), torch.arange(3), scaling={"rope_type": "yarn"})
     with pytest.raises(ValueError, match="rope_scaling needs rope_base"):
-        GroupedQueryAttention(16, 4, 2, 4, rope_scaling=attnlib.rope.Llama3Scaling())
+        GroupedQueryAttention(16, 4, 2, 4, rope_scaling=attnlib.core.rope.Llama3Scaling())
     with pytest.raises(ValueError, match="high_freq_factor must be larger"):
-        attnlib.rope.Llama3Scaling(low_freq_factor=4.0, high_freq_factor=1.0)
+        attnlib.core.rope.Llama3Scaling(low_freq_factor=4.0, high_freq_factor=1.0)
     with pytest.raises(ValueError, match="factor"):
-        attnlib.rope.YarnScaling(factor=0.0, original_max_positions=4096)
+        attnlib.core.rope.YarnScaling(factor=0.0, original_max_positions=4096)
 
 
 @pytest.mark.parametrize("interleaved", [False, True])
@@ -267,7 +267,7 @@ def test_full_width_tables_rotate_pairs_by_the_per_pair_formula(interleaved, gen
     x, y = (X[..., 0::2], X[..., 1::2]) if interleaved else (X[..., :4], X[..., 4:])
     rx, ry = x * cos - y * sin, x * sin + y * cos  # the per-pair formula
     per_pair = torch.stack((rx, ry), -1).flatten(-2) if interleaved else torch.cat((rx, ry), -1)
-    tables = attnlib.rope.rope_tables(pos, 8, base=500.0, interleaved=interleaved)
+    tables = attnlib.core.rope.rope_tables(pos, 8, base=500.0, interleaved=interleaved)
     assert tables.cos.shape == tables.sin.shape == (5, 8) and torch.equal(tables.positions, pos)
-    assert torch.equal(attnlib.rope.rope_rotate(X, tables, interleaved=interleaved), per_pair)
+    assert torch.equal(attnlib.core.rope.rope_rotate(X, tables, interleaved=interleaved), per_pair)
     assert torch.equal(apply_rope(X, pos, base=500.0, interleaved=interleaved), per_pair)

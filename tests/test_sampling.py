@@ -1,13 +1,13 @@
-"""attnlib.sampling against Hugging Face's logits processors, and generate's sampling."""
+"""attnlib.serving.sampling against Hugging Face's logits processors, and generate's sampling."""
 
 import math
 
 import pytest
 import torch
 
-from attnlib import pretrained, tasks
 from attnlib.layers import TinyDecoder
-from attnlib.sampling import (
+from attnlib.models import pretrained, tasks
+from attnlib.serving.sampling import (
     min_p_filter,
     sample,
     temperature_scale,

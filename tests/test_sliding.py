@@ -10,8 +10,8 @@ from attnlib_testing import hold_weights
 from torch.testing import assert_close
 
 from attnlib import TinyDecoder, sliding_window_mask
-from attnlib.memory import GEMMA3_27B
-from attnlib.sliding import SlidingWindowAttention, WindowCache
+from attnlib.analysis.memory import GEMMA3_27B
+from attnlib.layers.sliding import SlidingWindowAttention, WindowCache
 
 TOL = {"atol": 1e-5, "rtol": 1e-5}
 

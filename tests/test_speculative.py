@@ -1,4 +1,4 @@
-"""attnlib.speculative: greedy speculation is the target's greedy output; the sampling rule
+"""attnlib.serving.speculative: greedy speculation is the target's greedy output; the sampling rule
 draws from the target's distribution (a seeded statistical test with a derived bound)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import math
 import pytest
 import torch
 
-from attnlib import pretrained, tasks
 from attnlib.layers import TinyDecoder
-from attnlib.speculative import RollbackKVCache, accept_reject, speculative_generate
+from attnlib.models import pretrained, tasks
+from attnlib.serving.speculative import RollbackKVCache, accept_reject, speculative_generate
 
 
 @pytest.fixture(scope="module")

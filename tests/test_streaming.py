@@ -1,4 +1,5 @@
-"""attnlib.streaming: the sink cache keeps the first and the last tokens; a window as long as
+"""attnlib.serving.streaming: the sink cache keeps the first and the last tokens; a window as
+long as
 the sequence is the full cache; the first layer's values equal a recomputation."""
 
 from __future__ import annotations
@@ -7,8 +8,8 @@ import pytest
 import torch
 
 from attnlib.layers import TinyDecoder
-from attnlib.sliding import WindowCache
-from attnlib.streaming import (
+from attnlib.layers.sliding import WindowCache
+from attnlib.serving.streaming import (
     SinkCache,
     held_values,
     kept_positions,

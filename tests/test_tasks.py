@@ -1,4 +1,5 @@
-"""attnlib.tasks: shapes, seeding, and targets recomputed from each sequence by explicit loops."""
+"""attnlib.models.tasks: shapes, seeding, and targets recomputed from each sequence by explicit
+loops."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import pytest
 import torch
 
-from attnlib import tasks
+from attnlib.models import tasks
 from attnlib.tokens import CharTokenizer
 
 

@@ -1,4 +1,4 @@
-"""attnlib.train: the loss against an explicit sum, the schedule, the loop, every recipe."""
+"""attnlib.models.train: the loss against an explicit sum, the schedule, the loop, every recipe."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import attnlib
-from attnlib import tasks, train
+from attnlib.models import tasks, train
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # small models: one thread is fastest
 
@@ -112,7 +112,7 @@ def test_position_losses_average_each_position_over_rows():
 
 def _converts_nothing(ft, value) -> bool:
     """G = H, or the full-rank latent: the control's conversion."""
-    model = attnlib.pretrained.load(ft.base)
+    model = attnlib.models.pretrained.load(ft.base)
     attn = model.blocks[0].attn
     exact = attn.n_kv_heads if ft.conversion == "n_kv_heads" else min(
         model.d_model, 2 * attn.n_kv_heads * attn.d_head)
@@ -134,7 +134,7 @@ def test_fifty_steps_of_each_fine_tune_recover_loss_after_the_conversion(name):
     """Each conversion of its shipped base at the strongest cut, then 50 steps of its recipe
     on attention alone: the held-out loss falls, and nothing outside attention changes."""
     ft = train.FINETUNES[name]
-    pretrained = attnlib.pretrained
+    pretrained = attnlib.models.pretrained
     base = pretrained.load(ft.base)
     convert = pretrained.to_gqa if ft.conversion == "n_kv_heads" else pretrained.to_mla
     model = convert(base, min(ft.values))
@@ -155,7 +155,7 @@ def test_masked_logits_with_every_key_allowed_is_the_model():
     ids, _ = tasks.induction(batch_size=3, n_tokens=12, generator=torch.Generator())
     everything = torch.ones(12, 12, dtype=torch.bool)
     torch.testing.assert_close(train.masked_logits(model, ids, everything), model(ids))
-    window = attnlib.masks.sliding_window_mask(12, window=4)
+    window = attnlib.core.masks.sliding_window_mask(12, window=4)
     cut = train.masked_logits(model, ids, window)
     torch.testing.assert_close(cut[:, :4], model(ids)[:, :4])  # nothing evicted yet
     assert (cut[:, 4:] - model(ids)[:, 4:]).abs().max() > 1e-6  # then the window matters
@@ -171,6 +171,6 @@ def test_the_one_evaluation_set_is_the_book_cards_held_out_set():
     assert torch.equal(ids, held[0]) and torch.equal(targets, held[1])
     ids[0, 0] = -1  # a copy: the next call is unchanged
     assert train.eval_set()[0][0, 0] == held[0][0, 0]
-    model = attnlib.pretrained.load("book")
+    model = attnlib.models.pretrained.load("book")
     assert round(train.eval_loss(model), train.CARD_DECIMALS) == model.card["held_out"]["loss"]
     assert "8,192" in train.evaluation_set("book-nope")

@@ -459,7 +459,7 @@ def test_cosine_table_matches_numpy():
 
 
 def test_embedding_table_counts_E_and_the_head():
-    from attnlib.memory import GEMMA3_27B, LLAMA3_70B
+    from attnlib.analysis.memory import GEMMA3_27B, LLAMA3_70B
 
     table = vt.embedding_table([LLAMA3_70B, GEMMA3_27B], {"Llama 3 70B": 70e9, "Gemma 3 27B": 27e9},
                                {"Llama 3 70B": False, "Gemma 3 27B": True})

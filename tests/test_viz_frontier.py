@@ -109,8 +109,8 @@ def test_needle_table_closed_form():
 
 
 def test_first_token_table_matches_the_probe_per_layer():
-    from attnlib import probes
     from attnlib.layers import TinyDecoder
+    from attnlib.models import probes
 
     model = TinyDecoder(vocab_size=11, d_model=16, n_layers=2, n_heads=2, d_head=8, d_ff=32,
                         seed=0).eval()

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import attnlib.viz as viz
-from attnlib.memory import GEMMA3_27B, LLAMA3_8B, LLAMA3_70B
+from attnlib.analysis.memory import GEMMA3_27B, LLAMA3_8B, LLAMA3_70B
 from attnlib.viz import gqa as vg
 
 

@@ -13,7 +13,7 @@ import torch
 
 import attnlib
 import attnlib.viz as viz
-from attnlib.memory import PRESETS
+from attnlib.analysis.memory import PRESETS
 from attnlib.viz import kvcache as vk
 
 SHAPE = dict(n_layers=2, d_model=16, n_heads=4, n_kv_heads=2, d_head=4, d_ff=40, vocab_size=30)

@@ -99,9 +99,9 @@ def test_decode_cost_table_matches_closed_forms():
 
 
 @pytest.mark.parametrize(("fn", "error"), [
-    (lambda: vm.cache_table(attnlib.memory.LLAMA3_8B), ValueError),
+    (lambda: vm.cache_table(attnlib.analysis.memory.LLAMA3_8B), ValueError),
     (lambda: vm.decode_cost_table("DeepSeek-V2"), TypeError),
-    (lambda: vm.names_table(attnlib.memory.LLAMA3_70B), ValueError),
+    (lambda: vm.names_table(attnlib.analysis.memory.LLAMA3_70B), ValueError),
 ])
 def test_tables_reject_models_without_a_latent(fn, error):
     with pytest.raises(error, match="spec"):

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 import attnlib.viz as viz
-from attnlib import randomised as R
+from attnlib.analysis import randomised as R
 from attnlib.viz import randomised as vr
 
 F64 = torch.float64
@@ -116,7 +116,7 @@ def test_sampling_topk_table_costs_and_shape():
                                    "importance, sketch", "top-k, sketch"]
     Q, K, V, _ = vr.retrieval_head(8.0)
     Y = F.scaled_dot_product_attention(Q, K, V)
-    from attnlib.approx import topk_attention
+    from attnlib.analysis.approx import topk_attention
     err = float((topk_attention(Q, K, V, 16) - Y).norm() / Y.norm())
     assert table.loc[16, "top-k, exact logits"] == round(err, 3)
     assert (table.diff().iloc[1:] < 0).all().all()  # more keys, smaller errors
@@ -216,8 +216,8 @@ def test_estimator_table_respects_the_budget():
 
 def test_trained_heads_reproduce_each_attention_output():
     """P and V of every layer give that layer's attention output, by the model's own call."""
-    from attnlib import pretrained, tasks
-    from attnlib.heads import merge_heads
+    from attnlib.core.heads import merge_heads
+    from attnlib.models import pretrained, tasks
 
     model = pretrained.load(vr.TRAINED_MODEL).to(F64)
     ids, _ = tasks.book_held_out(n_tokens=128, n_windows=1)

@@ -159,7 +159,7 @@ def test_rope_module_is_reachable_from_attnlib_viz():
 
 
 def test_wavelength_table_with_llama3_scaling_stretches_the_slow_pairs():
-    from attnlib.rope import Llama3Scaling
+    from attnlib.core.rope import Llama3Scaling
 
     table = vr.wavelength_table(128, (500_000.0, (500_000.0, Llama3Scaling())), context=131_072)
     assert list(table.index) == ["500,000", "500,000, llama3 ×8"]

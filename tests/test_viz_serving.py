@@ -6,7 +6,7 @@ import math
 
 import attnlib
 from attnlib.examples import SERVING_REQUESTS
-from attnlib.streaming import kept_positions
+from attnlib.serving.streaming import kept_positions
 from attnlib.viz import serving as vs
 
 

@@ -27,7 +27,7 @@ def test_gqa_table_cache_is_the_closed_form_and_pooling_to_h_changes_nothing():
     assert table.loc[4, "loss, 0 steps"] == table.attrs["source loss"]  # G = H: exact
     assert not table.isna().any().any()  # every G ships at every budget, the control too
     assert table.attrs["uniform loss"] == round(math.log(101), 3)
-    seeds = [attnlib.pretrained.card(n)["held_out"]["loss"] for n in vt.SEEDS]
+    seeds = [attnlib.models.pretrained.card(n)["held_out"]["loss"] for n in vt.SEEDS]
     assert table.attrs["seed spread"] == round(abs(seeds[0] - seeds[1]), 3) > 0
 
 
@@ -49,8 +49,8 @@ def test_mla_table_cache_is_the_closed_form_and_the_full_latent_is_exact():
 
 def test_conversions_without_a_card_are_measured_on_the_one_evaluation_set():
     table = vm.trained_table()
-    model = attnlib.pretrained.to_mla(attnlib.pretrained.load("book-nope"), 96)
-    assert table.loc[96, "loss, 0 steps"] == round(attnlib.train.eval_loss(model), 3)
+    model = attnlib.models.pretrained.to_mla(attnlib.models.pretrained.load("book-nope"), 96)
+    assert table.loc[96, "loss, 0 steps"] == round(attnlib.models.train.eval_loss(model), 3)
 
 
 @pytest.mark.parametrize(("name", "conversion", "value"),
@@ -59,12 +59,12 @@ def test_conversions_without_a_card_are_measured_on_the_one_evaluation_set():
 def test_losses_are_the_cards_on_the_one_evaluation_set(name, conversion, value):
     table = vt.dial_table(name, conversion, (value,))
     for steps in (100, 400):
-        card = attnlib.pretrained.card(name, **{conversion: value}, steps=steps)
+        card = attnlib.models.pretrained.card(name, **{conversion: value}, steps=steps)
         assert table.loc[value, "loss, 0 steps"] == round(card["held_out_converted"]["loss"], 3)
         assert table.loc[value, vt.budget_column(steps)] == round(card["held_out"]["loss"], 3)
         assert table.attrs["source loss"] == round(card["held_out_base"]["loss"], 3)
-    model = attnlib.pretrained.load(name, **{conversion: value}, steps=400)
-    assert table.loc[value, "loss, 400 steps"] == round(attnlib.train.eval_loss(model), 3)
+    model = attnlib.models.pretrained.load(name, **{conversion: value}, steps=400)
+    assert table.loc[value, "loss, 400 steps"] == round(attnlib.models.train.eval_loss(model), 3)
 
 
 def test_scratch_table_lists_the_recipe_at_every_layout():
@@ -74,7 +74,7 @@ def test_scratch_table_lists_the_recipe_at_every_layout():
     assert cached == {"book": 128, "book-seed1": 128, "book-scratch-gqa2": 64,
                       "book-scratch-gqa1": 32}
     for name in table.index:
-        card = attnlib.pretrained.card(name)
+        card = attnlib.models.pretrained.card(name)
         assert card["recipe"]["steps"] == 2000 and card["data_seed"] == 1
         assert table.loc[name, vt.CACHE] == N_LAYERS * cached[name] * FLOAT32
         assert table.loc[name, "loss"] == round(card["held_out"]["loss"], 3)
@@ -89,7 +89,7 @@ def test_scratch_table_takes_the_mla_models_at_the_caches_of_g2_and_mqa():
     assert cached["book-scratch-mla56"] == cached["book-scratch-gqa2"] == 64
     assert cached["book-scratch-mla24"] == cached["book-scratch-gqa1"] == 32
     for name in vt.SCRATCH_MLA:
-        card = attnlib.pretrained.card(name)
+        card = attnlib.models.pretrained.card(name)
         config = card["config"]
         assert config["attention"] == "mla"
         assert config["d_latent"] + config["d_rope"] == cached[name]
@@ -134,7 +134,7 @@ def test_figure_marks_the_setting_and_states_its_numbers(figure, value, steps, o
 def test_gqa_figure_draws_the_from_scratch_models():
     fig = vg.trained_figure(1, 400)
     square = next(t for t in fig.data if t.type == "scatter" and t.marker.symbol == "square")
-    assert list(square.y) == [round(attnlib.pretrained.card(n)["held_out"]["loss"], 3)
+    assert list(square.y) == [round(attnlib.models.pretrained.card(n)["held_out"]["loss"], 3)
                               for n in vg.TRAINED_SCRATCH.values()]
 
 

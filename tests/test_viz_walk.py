@@ -23,8 +23,9 @@ def t():
 
 @torch.no_grad()
 def test_logits_shown_are_the_models(t):
-    model = attnlib.pretrained.load("book", dtype=torch.float64)  # a fresh load, not the page's
-    ids = torch.tensor([attnlib.tasks.book_tokenizer().encode(PROMPT)])
+    # a fresh load, not the page's
+    model = attnlib.models.pretrained.load("book", dtype=torch.float64)
+    ids = torch.tensor([attnlib.models.tasks.book_tokenizer().encode(PROMPT)])
     torch.testing.assert_close(t.logits, model(ids)[0], rtol=0, atol=0)
     table = walk.next_chars(t.logits[-1])
     p = torch.softmax(model(ids)[0, -1], dim=-1)
@@ -34,8 +35,8 @@ def test_logits_shown_are_the_models(t):
 
 
 def test_weights_shown_are_what_the_probes_return(t):
-    model = attnlib.pretrained.load("book")
-    maps = attnlib.probes.attention_maps(model, t.ids[None])  # float64, as the page
+    model = attnlib.models.pretrained.load("book")
+    maps = attnlib.models.probes.attention_maps(model, t.ids[None])  # float64, as the page
     for layer, P in zip(t.layers, maps, strict=True):
         torch.testing.assert_close(layer["P"], P[0], rtol=0, atol=1e-12)
         torch.testing.assert_close(layer["P"], torch.softmax(layer["S"], dim=-1))
@@ -81,12 +82,13 @@ def test_cached_steps_equal_the_uncached_model():
     model = walk.load()
     text = PROMPT
     for s in steps:
-        ids = torch.tensor([attnlib.tasks.book_tokenizer().encode(text)])
+        ids = torch.tensor([attnlib.models.tasks.book_tokenizer().encode(text)])
         torch.testing.assert_close(s["logits"], model(ids)[0, -1])
         n_held, numbers = s["held after"]
         assert n_held == len(text)
         assert numbers == n_held * 2 * 4 * 4 * 16  # 2 N_L H d_head per token
-        assert s["written"] == attnlib.tasks.book_tokenizer().decode([int(s["logits"].argmax())])
+        tokenizer = attnlib.models.tasks.book_tokenizer()
+        assert s["written"] == tokenizer.decode([int(s["logits"].argmax())])
         text += s["written"]
     assert steps[1]["read"] == steps[0]["written"]  # a cached step reads one character
 

@@ -7,8 +7,8 @@ from functools import lru_cache
 
 import torch
 
+from attnlib.analysis.memory import LLAMA3_8B, LLAMA3_70B, MISTRAL_7B
 from attnlib.exercises import checker, compare, integer, numbers, scalar
-from attnlib.memory import LLAMA3_8B, LLAMA3_70B, MISTRAL_7B
 from attnlib.tokens import CORPUS, BPETokenizer
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from attnlib.core import attention, attention_weights, similarity
+from attnlib.core.functional import attention, attention_weights, similarity
 from attnlib.examples import KEYS, VALUES
 from attnlib.exercises import as_tensor, checker, compare, numbers, scalar
 

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from attnlib.core import attention, attention_weights
+from attnlib.core.functional import attention, attention_weights
 from attnlib.exercises import numbers
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from attnlib.core import attention
+from attnlib.analysis.memory import GEMMA3_27B
+from attnlib.core.functional import attention
+from attnlib.core.heads import merge_heads, split_heads
 from attnlib.examples import draw_layer
 from attnlib.exercises import numbers, scalar
-from attnlib.gqa import MultiHeadAttention
-from attnlib.heads import merge_heads, split_heads
-from attnlib.memory import GEMMA3_27B
+from attnlib.layers.gqa import MultiHeadAttention
 
 
 @numbers("03.1", rel=1e-9, what="one number of parameters (an int)")

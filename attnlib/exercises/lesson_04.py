@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import torch
 
+from attnlib.analysis.memory import LLAMA3_8B
+from attnlib.core.masks import causal_mask
 from attnlib.exercises import numbers, scalar, whole_number
-from attnlib.layers import FeedForward
-from attnlib.masks import causal_mask
-from attnlib.memory import LLAMA3_8B
-from attnlib.norms import layer_norm, rms_norm
+from attnlib.layers.blocks import FeedForward
+from attnlib.layers.norms import layer_norm, rms_norm
 
 
 @whole_number("04.1", what="a whole number of (query, key) pairs")
@@ -61,7 +61,7 @@ def _rms_norm_row():
 # ---------------------------------------------------------------------------------------
 # implementation exercises
 
-from attnlib.core import attention  # noqa: E402
+from attnlib.core.functional import attention  # noqa: E402
 from attnlib.exercises.implement import (  # noqa: E402
     Case,
     Implementation,

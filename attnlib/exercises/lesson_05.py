@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from attnlib.costs import decode_step_macs
+from attnlib.analysis.costs import decode_step_macs
+from attnlib.analysis.memory import LLAMA3_8B, kv_cache_bytes
 from attnlib.exercises import numbers, scalar, whole_number
-from attnlib.memory import LLAMA3_8B, kv_cache_bytes
 
 
 @numbers("05.1", rel=1e-3, what="one number of bytes")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from attnlib.analysis.memory import LLAMA3_70B
+from attnlib.core.heads import kv_head_index
 from attnlib.exercises import numbers, scalar, whole_number
-from attnlib.heads import kv_head_index
-from attnlib.memory import LLAMA3_70B
 
 
 @numbers("06.1", rel=1e-6, what="one number, multiply-adds per byte")
@@ -65,6 +65,7 @@ def _weights_saved():
 
 import torch  # noqa: E402
 
+from attnlib.core.masks import causal_mask  # noqa: E402
 from attnlib.exercises.implement import (  # noqa: E402
     Implementation,
     Mistake,
@@ -72,8 +73,7 @@ from attnlib.exercises.implement import (  # noqa: E402
     implementation,
     randn,
 )
-from attnlib.gqa import grouped_query_attention  # noqa: E402
-from attnlib.masks import causal_mask  # noqa: E402
+from attnlib.layers.gqa import grouped_query_attention  # noqa: E402
 
 
 def _expanded(Q, K, V, repeat, *, causal=False, top_left=False):

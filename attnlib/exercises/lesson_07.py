@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from attnlib.analysis.memory import DEEPSEEK_V2, DEEPSEEK_V3, LLAMA3_8B
 from attnlib.exercises import numbers, scalar, whole_number
-from attnlib.memory import DEEPSEEK_V2, DEEPSEEK_V3, LLAMA3_8B
-from attnlib.mla import MultiHeadLatentAttention
+from attnlib.layers.mla import MultiHeadLatentAttention
 
 
 @numbers("07.1", rel=1e-9, what="one number of bytes")
@@ -89,7 +89,7 @@ from attnlib.exercises.implement import (  # noqa: E402
     implementation,
     randn,
 )
-from attnlib.mla import mla_absorbed  # noqa: E402
+from attnlib.layers.mla import mla_absorbed  # noqa: E402
 
 
 def _step_case(name, seed, batch, H, d_LQ, d_L, d_head, d_R, n_kv, d_out, dtype):

@@ -6,9 +6,9 @@ import math
 
 import torch
 
+from attnlib.analysis.memory import DEEPSEEK_V2, LLAMA3_8B
+from attnlib.core.rope import Llama3Scaling, apply_rope, rope_frequencies
 from attnlib.exercises import numbers, scalar, whole_number
-from attnlib.memory import DEEPSEEK_V2, LLAMA3_8B
-from attnlib.rope import Llama3Scaling, apply_rope, rope_frequencies
 
 
 @numbers("08.1", rel=1e-3, what="one number, the dot product (a float)")

@@ -6,9 +6,9 @@ import math
 
 import torch
 
-from attnlib.approx import LinearAttentionState
+from attnlib.analysis.approx import LinearAttentionState
+from attnlib.analysis.flash import tiled_attention
 from attnlib.exercises import as_tensor, checker, compare, numbers, scalar, whole_number
-from attnlib.flash import tiled_attention
 
 
 @checker("09.1")

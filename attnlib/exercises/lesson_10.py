@@ -6,8 +6,12 @@ import math
 
 import torch
 
+from attnlib.analysis.randomised import (
+    effective_sample_size,
+    product_probabilities,
+    sampling_variance,
+)
 from attnlib.exercises import as_tensor, checker, compare, numbers, scalar
-from attnlib.randomised import effective_sample_size, product_probabilities, sampling_variance
 
 F64 = torch.float64
 
@@ -70,6 +74,7 @@ def _uniform_ess(answer: object) -> str | None:
 # ---------------------------------------------------------------------------------------
 # implementation exercises
 
+from attnlib.analysis.randomised import importance_attention  # noqa: E402
 from attnlib.exercises.implement import (  # noqa: E402
     Case,
     Implementation,
@@ -77,7 +82,6 @@ from attnlib.exercises.implement import (  # noqa: E402
     implementation,
     randn,
 )
-from attnlib.randomised import importance_attention  # noqa: E402
 
 REPLICATES = 400  # seeds per statistical case: the means' standard errors fall as 1/sqrt(400)
 

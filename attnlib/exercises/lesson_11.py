@@ -12,7 +12,7 @@ from attnlib.exercises.implement import (
     implementation,
     randn,
 )
-from attnlib.paged import paging_memory
+from attnlib.serving.paged import paging_memory
 
 F64 = torch.float64
 

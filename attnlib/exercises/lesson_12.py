@@ -7,7 +7,7 @@ import torch
 from attnlib.exercises import whole_number
 from attnlib.exercises.implement import Implementation, Mistake, function_case, implementation
 from attnlib.exercises.implement import randn as _randn
-from attnlib.norms import rms_norm
+from attnlib.layers.norms import rms_norm
 
 
 @implementation("12.1")

@@ -31,10 +31,10 @@ from plotly.subplots import make_subplots
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from attnlib._checks import check_bool, check_positive_int
-from attnlib.approx import gaussian_features, positive_random_features, topk_attention
-from attnlib.core import attention
-from attnlib.flash import tiled_attention
-from attnlib.gates import output_gate
+from attnlib.analysis.approx import gaussian_features, positive_random_features, topk_attention
+from attnlib.analysis.flash import tiled_attention
+from attnlib.core.functional import attention
+from attnlib.layers.gates import output_gate
 from attnlib.viz.style import COLORS, DASHES, HEIGHT, OKABE_ITO, rounded, style
 
 __all__ = [
@@ -507,7 +507,7 @@ def feature_errors(rs: Sequence[int] = FEATURE_COUNTS, *, seed: int = 0) -> pd.D
     One head of 16 queries, keys and values of width 8 (queries and keys with entries of
     standard deviation 0.5, values standard normal), and 100 draws
     of ``Omega`` per setting, i.i.d. or block-orthogonal
-    (:func:`attnlib.approx.gaussian_features`). Errors are Frobenius norms relative to the
+    (:func:`attnlib.analysis.approx.gaussian_features`). Errors are Frobenius norms relative to the
     exact ``A = exp(Q K^T / sqrt(d))`` and ``Y = attention(Q, K, V)``.
 
     Args:
@@ -664,7 +664,7 @@ def sink_table(
     one content token each (their logit to it is raised by 6). Without a gate, an idle
     query can only shrink its output by moving weight onto token 0: its logit to token 0
     gets the smallest bias ``b`` with ``(1 - p_0) |y_content| <= eps``. With the output gate
-    of :func:`attnlib.gates.output_gate` the logits stay as drawn and the gate is set to
+    of :func:`attnlib.layers.gates.output_gate` the logits stay as drawn and the gate is set to
     ``eps / |y|`` instead. No parameter is trained: each is solved for in closed form.
 
     Args:
@@ -740,19 +740,19 @@ def needle_table(
 def first_token_table(models: dict[str, torch.nn.Module], ids: torch.Tensor) -> pd.DataFrame:
     """The share of attention on position 0, layer by layer, in trained decoders.
 
-    For each model, :func:`attnlib.probes.first_token_share` on ``ids`` (in float64, so the
+    For each model, :func:`attnlib.models.probes.first_token_share` on ``ids`` (in float64, so the
     numbers are the same on every CPU): the mean over heads of the weight that queries
     ``1 .. N-1`` put on position 0, and the largest share of any one head. An attention sink
-    shows as a share far above :func:`attnlib.probes.uniform_first_token_share`.
+    shows as a share far above :func:`attnlib.models.probes.uniform_first_token_share`.
 
     Args:
-        models: trained decoders by name, e.g. ``{"book": attnlib.pretrained.load("book")}``.
+        models: trained decoders by name, e.g. ``{"book": attnlib.models.pretrained.load("book")}``.
         ids: ``(B, N)`` token ids, e.g. held-out text.
 
     Returns:
         pd.DataFrame: two columns per model (4 decimals), indexed by layer.
     """
-    from attnlib.probes import first_token_share
+    from attnlib.models.probes import first_token_share
 
     columns = {}
     for name, model in models.items():

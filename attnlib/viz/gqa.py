@@ -34,9 +34,9 @@ import torch
 from plotly.subplots import make_subplots
 
 from attnlib._checks import check_choice, check_divisible, check_positive_int
-from attnlib.gqa import MultiHeadAttention, gqa_from_mha
-from attnlib.heads import kv_head_index
-from attnlib.memory import ModelSpec
+from attnlib.analysis.memory import ModelSpec
+from attnlib.core.heads import kv_head_index
+from attnlib.layers.gqa import MultiHeadAttention, gqa_from_mha
 from attnlib.viz.style import COLORS, HEIGHT, OKABE_ITO, rounded, style
 from attnlib.viz.trained import BUDGETS, dial_figure, dial_table
 
@@ -200,7 +200,7 @@ def conversion_error(n_heads: int, n_kv_heads: int, kind: str = "correlated", *,
     """``||Y_G - Y||_F / ||Y||_F``: what mean-pooling :func:`draw_mha`'s layer to ``G`` changes.
 
     ``Y`` is the multi-head layer's causal output on :func:`draw_tokens`, ``Y_G`` that of
-    :func:`attnlib.gqa.gqa_from_mha` with ``n_kv_heads`` KV heads.
+    :func:`attnlib.layers.gqa.gqa_from_mha` with ``n_kv_heads`` KV heads.
 
     Args:
         n_heads: ``H``.
@@ -227,7 +227,7 @@ def weight_error(n_heads: int, n_kv_heads: int, kind: str = "correlated", *,
     """What mean pooling does to the weights: ``||W' - W||_F / ||W||_F`` over ``[W_K  W_V]``.
 
     ``W`` holds every head's own key and value blocks of :func:`draw_mha`'s layer, ``W'``
-    the block each head reads after :func:`attnlib.gqa.gqa_from_mha` pools it to
+    the block each head reads after :func:`attnlib.layers.gqa.gqa_from_mha` pools it to
     ``n_kv_heads`` (its group's mean). Averaged over the draw, the square of this is
     ``1 - G/H`` for independent blocks and the own part's share times that for the
     correlated ones (lesson 06 derives it).
@@ -298,13 +298,13 @@ def savings_table(specs: Sequence[ModelSpec]) -> pd.DataFrame:
     """What grouping saves in real models, against the same model with one KV head per query head.
 
     Args:
-        specs: model presets from :mod:`attnlib.memory`.
+        specs: model presets from :mod:`attnlib.analysis.memory`.
 
     Returns:
         pd.DataFrame indexed by model name: ``H``, ``G``, ``s = H/G``; the entries of
         ``W_K`` and ``W_V`` in one layer, ``2 d G d_head``, and as MHA, ``2 d H d_head``;
         the cache per token over all layers in 16-bit numbers (bytes), MHA and GQA
-        (:meth:`attnlib.memory.ModelSpec.cache_bytes_per_token`); and the factor saved.
+        (:meth:`attnlib.analysis.memory.ModelSpec.cache_bytes_per_token`); and the factor saved.
     """
     rows = {}
     for spec in specs:
@@ -381,7 +381,8 @@ def trained_table() -> pd.DataFrame:
 
     :func:`attnlib.viz.trained.dial_table` of :data:`TRAINED_MODEL`: per ``G``, the cache
     bytes per token (float32, 4 layers) and the held-out loss on
-    :func:`attnlib.train.eval_set` right after :func:`attnlib.pretrained.to_gqa` and after
+    :func:`attnlib.models.train.eval_set` right after
+    :func:`attnlib.models.pretrained.to_gqa` and after
     the 100 and 400 steps of uptraining that ship with the model. ``G = H`` is the control:
     pooling changes nothing there, so its row is the fine-tune alone.
 
@@ -415,7 +416,7 @@ def trained_figure(n_kv_heads: int = 2, steps: int = 100) -> go.Figure:
     Returns:
         go.Figure: the loss lines and the cache bars.
     """
-    from attnlib import pretrained
+    from attnlib.models import pretrained
 
     table = trained_table()
     scratch = {G: round(pretrained.card(name)["held_out"]["loss"], 3)
@@ -435,7 +436,7 @@ def group_map_figure(n_heads: int = 8, kv_heads: Sequence[int] = (8, 4, 2, 1)) -
     """The group map ``g(h) = h // s``: one row per ``G``, one column per query head.
 
     Each cell is labelled with the KV head that query head ``h`` reads
-    (:func:`attnlib.heads.kv_head_index`); runs of one label are the groups.
+    (:func:`attnlib.core.heads.kv_head_index`); runs of one label are the groups.
 
     Args:
         n_heads: ``H``.

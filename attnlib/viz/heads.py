@@ -23,11 +23,11 @@ import torch
 from plotly.subplots import make_subplots
 
 from attnlib._checks import check_positive_int
-from attnlib.core import attention_weights
+from attnlib.analysis.memory import ModelSpec
+from attnlib.core.functional import attention_weights
+from attnlib.core.heads import split_heads
 from attnlib.examples import D_IN, TOKENS, draw_layer
-from attnlib.gqa import MultiHeadAttention
-from attnlib.heads import split_heads
-from attnlib.memory import ModelSpec
+from attnlib.layers.gqa import MultiHeadAttention
 from attnlib.viz.style import HEIGHT, OKABE_ITO, rounded, style
 
 __all__ = [
@@ -164,7 +164,7 @@ def layer_heads_figure(
 
     Args:
         maps: one tensor ``(H, N, N)`` per layer, the weights on one sequence (for
-            example ``P[0]`` of each entry of :func:`attnlib.probes.attention_maps`), all
+            example ``P[0]`` of each entry of :func:`attnlib.models.probes.attention_maps`), all
             with the same ``H`` and ``N``.
         labels: optional ``labels[l][h]``, short lines under panel ``(l, h)``'s title,
             one per ``", "``-separated part (measured scores, say).
@@ -304,7 +304,7 @@ def model_widths_table(specs: Sequence[ModelSpec]) -> pd.DataFrame:
     """Head counts and widths of published models against their model width ``d``.
 
     Args:
-        specs: presets from :mod:`attnlib.memory`, e.g. ``LLAMA3_70B``, ``GEMMA3_27B``.
+        specs: presets from :mod:`attnlib.analysis.memory`, e.g. ``LLAMA3_70B``, ``GEMMA3_27B``.
 
     Returns:
         pd.DataFrame: ``d``, ``H``, ``d_head``, ``H d_head``, ``H d_head / d`` (4

@@ -3,10 +3,10 @@
 - :func:`decode_timings` runs greedy generation the way :meth:`attnlib.TinyDecoder.generate`
   does, with or without caches, and times every pass; :func:`timing_figure` draws the
   time per new token against its position, with the tokens per second of both runs.
-- :func:`macs_table` adds up :func:`attnlib.costs.generation_macs` over a generation.
+- :func:`macs_table` adds up :func:`attnlib.analysis.costs.generation_macs` over a generation.
 - :func:`preset_table` and :func:`memory_figure` size the cache of the published models of
-  :data:`attnlib.memory.PRESETS` against their weights, with sliding-window layers holding
-  only their window (:meth:`attnlib.memory.ModelSpec.windowed_cache_bytes`);
+  :data:`attnlib.analysis.memory.PRESETS` against their weights, with sliding-window layers holding
+  only their window (:meth:`attnlib.analysis.memory.ModelSpec.windowed_cache_bytes`);
   :func:`memory_figure` is the lesson's explorer (:data:`MEMORY_SETTINGS` are its twin's
   steps).
 - :func:`reservation_table` compares what a batch of requests reserves when each cache is
@@ -30,9 +30,9 @@ import plotly.graph_objects as go
 import torch
 
 from attnlib._checks import check_choice, check_positive_int
-from attnlib.costs import generation_macs
-from attnlib.layers import TinyDecoder
-from attnlib.memory import PRESETS
+from attnlib.analysis.costs import generation_macs
+from attnlib.analysis.memory import PRESETS
+from attnlib.layers.blocks import TinyDecoder
 from attnlib.viz.style import COLORS, DASHES, rounded, style
 
 __all__ = [
@@ -190,12 +190,12 @@ def timing_figure(
 def macs_table(n_passes: Sequence[int], **shape: int | str) -> pd.DataFrame:
     """Multiply-adds of a generation whose passes read ``n = 1, 2, ..., N`` tokens.
 
-    For each ``N`` in ``n_passes``, :func:`attnlib.costs.generation_macs` is summed over
+    For each ``N`` in ``n_passes``, :func:`attnlib.analysis.costs.generation_macs` is summed over
     ``N`` new tokens generated from a one-token prompt, with and without a cache.
 
     Args:
         n_passes: the numbers of passes ``N`` (each >= 1).
-        **shape: the model's shape, as for :func:`attnlib.costs.decode_step_macs`.
+        **shape: the model's shape, as for :func:`attnlib.analysis.costs.decode_step_macs`.
 
     Returns:
         pd.DataFrame: indexed by ``N``; the attention and the total multiply-adds without
@@ -227,7 +227,7 @@ def macs_table(n_passes: Sequence[int], **shape: int | str) -> pd.DataFrame:
 def preset_table(n_tokens: int = 131_072, *, bytes_per_elem: int = 2) -> pd.DataFrame:
     """Cache and weights of every preset, one sequence of ``n_tokens`` tokens.
 
-    The cache is :meth:`attnlib.memory.ModelSpec.windowed_cache_bytes`: a sliding-window
+    The cache is :meth:`attnlib.analysis.memory.ModelSpec.windowed_cache_bytes`: a sliding-window
     layer holds at most its window.
 
     Args:
@@ -297,14 +297,14 @@ def memory_figure(
 ) -> go.Figure:
     """The KV cache of a batch against the model's weights, over the context length.
 
-    The cache curve is :meth:`attnlib.memory.ModelSpec.windowed_cache_bytes` for ``N`` in
+    The cache curve is :meth:`attnlib.analysis.memory.ModelSpec.windowed_cache_bytes` for ``N`` in
     :data:`CONTEXTS` (log axis), ``kv_bytes_per_token(n_b) · N · B`` for a model without
     sliding windows; the horizontal line is the weights in :data:`WEIGHT_DTYPE`; the large marker
     is the chosen context. The title gives both sizes in GB (10^9 bytes), their ratio and
     the context per sequence at which the cache outweighs the weights.
 
     Args:
-        model: a name in :data:`attnlib.memory.PRESETS`.
+        model: a name in :data:`attnlib.analysis.memory.PRESETS`.
         context: tokens per sequence ``N``.
         batch: sequences ``B``.
         dtype: the cache's format, a key of :data:`DTYPES`.

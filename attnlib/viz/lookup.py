@@ -25,8 +25,8 @@ import plotly.graph_objects as go
 import torch
 
 from attnlib._checks import check_positive_float
-from attnlib.core import KERNELS, attention, attention_weights
-from attnlib.costs import fit_exponent
+from attnlib.analysis.costs import fit_exponent
+from attnlib.core.functional import KERNELS, attention, attention_weights
 from attnlib.examples import KEYS, VALUES
 from attnlib.viz.style import COLORS, DASHES, HEIGHT, OKABE_ITO, rounded, style
 
@@ -420,7 +420,7 @@ def recall_weights_figure(
 ) -> go.Figure:
     """One query's row of attention weights over a recall prompt, for several models.
 
-    The prompt is a row of :func:`attnlib.tasks.associative_recall`: keys are ids
+    The prompt is a row of :func:`attnlib.models.tasks.associative_recall`: keys are ids
     ``0 .. n_keys - 1`` (labelled ``k0``, ``k1``, ...), values the ids from ``n_keys`` on
     (labelled ``v0``, ``v1``, ...). Each entry of ``weights`` is one bar trace over the
     positions of the prompt (rounded to 4 decimals); the position ``answer`` (the value

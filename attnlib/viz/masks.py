@@ -28,10 +28,10 @@ import torch
 from plotly.subplots import make_subplots
 
 from attnlib._checks import check_choice, check_nonnegative_int, check_positive_int
-from attnlib.core import attention_weights
+from attnlib.core.functional import attention_weights
+from attnlib.core.masks import causal_mask, key_padding_mask, sliding_window_mask
 from attnlib.device import seeded
-from attnlib.layers import FeedForward, TransformerBlock
-from attnlib.masks import causal_mask, key_padding_mask, sliding_window_mask
+from attnlib.layers.blocks import FeedForward, TransformerBlock
 from attnlib.viz.style import COLORS, DASHES, HEIGHT, OKABE_ITO, rounded, style
 
 __all__ = [

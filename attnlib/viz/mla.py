@@ -7,7 +7,7 @@ and never shows it; :func:`attnlib.viz.twin` and :func:`attnlib.viz.explorer` tu
 
 The explorer converts one fixed grouped-query layer (:data:`CONVERSION`: ``d_in = 32``,
 ``H = 8`` query heads, ``G = 2`` key/value heads of width ``d_head = 4``, no RoPE, float64
-on the CPU) to MLA with :func:`attnlib.mla.mla_from_mha` at every latent width
+on the CPU) to MLA with :func:`attnlib.layers.mla.mla_from_mha` at every latent width
 ``d_L = 1 .. 2 G d_head``. The layer's weights come from ``torch.manual_seed(seed)`` (the
 global random state is restored afterwards); its input, one sequence of ``n_tokens``
 rows of i.i.d. standard normal entries, from ``torch.Generator().manual_seed(seed)``.
@@ -26,11 +26,11 @@ import torch
 from plotly.subplots import make_subplots
 
 from attnlib._checks import check_choice, check_nonnegative_int, check_positive_int
-from attnlib.costs import DECODE_PATHS, mla_decode_cost
+from attnlib.analysis.costs import DECODE_PATHS, mla_decode_cost
+from attnlib.analysis.memory import DEEPSEEK_V2, ModelSpec
 from attnlib.device import seeded
-from attnlib.gqa import GroupedQueryAttention
-from attnlib.memory import DEEPSEEK_V2, ModelSpec
-from attnlib.mla import MultiHeadLatentAttention, mla_from_mha
+from attnlib.layers.gqa import GroupedQueryAttention
+from attnlib.layers.mla import MultiHeadLatentAttention, mla_from_mha
 from attnlib.viz.style import COLORS, DASHES, HEIGHT, OKABE_ITO, rounded, style
 from attnlib.viz.trained import BUDGETS, dial_figure, dial_table
 
@@ -81,7 +81,7 @@ PATH_LABELS: dict[str, str] = {
     "rebuilt": "rebuilt: latent cached, K_h, V_h formed every step",
     "absorbed": "absorbed: latent cached and attended to",
 }
-"""How the tables name the three decoding paths of :data:`attnlib.costs.DECODE_PATHS`."""
+"""How the tables name the three decoding paths of :data:`attnlib.analysis.costs.DECODE_PATHS`."""
 
 CONTEXTS: tuple[int, ...] = (1024, 4096, 32_768, 131_072)
 """Context lengths of :func:`decode_cost_table`."""
@@ -116,7 +116,8 @@ def _mla_of(spec: ModelSpec) -> MultiHeadLatentAttention:
 
 def _spec_check(spec: object) -> ModelSpec:
     if not isinstance(spec, ModelSpec):
-        raise TypeError(f"spec must be an attnlib.memory.ModelSpec; got {type(spec).__name__}")
+        raise TypeError("spec must be an attnlib.analysis.memory.ModelSpec; "
+                        f"got {type(spec).__name__}")
     if spec.d_latent is None:
         raise ValueError(f"spec must be an MLA model (d_latent set); got {spec.name!r}")
     return spec
@@ -185,7 +186,7 @@ def decode_cost_table(
 ) -> pd.DataFrame:
     """One decoded token of one layer, one sequence: cache read and multiply-adds per path.
 
-    Every entry comes from :func:`attnlib.costs.mla_decode_cost`. MB means 10^6 bytes.
+    Every entry comes from :func:`attnlib.analysis.costs.mla_decode_cost`. MB means 10^6 bytes.
 
     Args:
         spec: an MLA model.
@@ -383,7 +384,8 @@ def trained_table() -> pd.DataFrame:
 
     :func:`attnlib.viz.trained.dial_table` of :data:`TRAINED_MODEL`: per ``d_L``, the cache
     bytes per token (float32, 4 layers) and the held-out loss on
-    :func:`attnlib.train.eval_set` right after :func:`attnlib.pretrained.to_mla`, and after
+    :func:`attnlib.models.train.eval_set` right after
+    :func:`attnlib.models.pretrained.to_mla`, and after
     the 100 and 400 steps of fine-tuning that ship with the model at ``d_L = 16, 32, 64``
     and at the exact ``d_L = 128``, the control (NaN elsewhere).
 

@@ -31,12 +31,8 @@ import torch
 from plotly.subplots import make_subplots
 
 from attnlib._checks import check_choice, check_positive_int
-from attnlib.approx import gaussian_features, positive_random_features, topk_attention
-from attnlib.core import attention, attention_weights
-from attnlib.gqa import GroupedQueryAttention
-from attnlib.heads import repeat_kv, split_heads
-from attnlib.mla import mla_from_mha
-from attnlib.randomised import (
+from attnlib.analysis.approx import gaussian_features, positive_random_features, topk_attention
+from attnlib.analysis.randomised import (
     gaussian_sketch,
     importance_attention,
     linformer_attention,
@@ -52,6 +48,10 @@ from attnlib.randomised import (
     sketch_proposal,
     sketched_logits,
 )
+from attnlib.core.functional import attention, attention_weights
+from attnlib.core.heads import repeat_kv, split_heads
+from attnlib.layers.gqa import GroupedQueryAttention
+from attnlib.layers.mla import mla_from_mha
 from attnlib.viz.style import COLORS, DASHES, HEIGHT, OKABE_ITO, rounded, style
 
 __all__ = [
@@ -198,8 +198,8 @@ def proposals(
 ) -> dict[str, torch.Tensor]:
     """The four sampling distributions of :data:`PROPOSALS`, each ``(N_Q, N_KV)``.
 
-    ``P`` itself; uniform; :func:`attnlib.randomised.norm_proposal`; and
-    :func:`attnlib.randomised.sketch_proposal` with a Gaussian sketch of width ``r``.
+    ``P`` itself; uniform; :func:`attnlib.analysis.randomised.norm_proposal`; and
+    :func:`attnlib.analysis.randomised.sketch_proposal` with a Gaussian sketch of width ``r``.
     """
     Omega = gaussian_sketch(Q.shape[-1], r, generator=torch.Generator().manual_seed(seed),
                             dtype=Q.dtype)
@@ -466,8 +466,8 @@ def product_table(ms: Sequence[int] = (16, 64, 128), *, draws: int = 200) -> pd.
     """Column sampling of ``A V`` for the peaked head: optimal and uniform probabilities.
 
     ``A = exp(Q K^T / sqrt(d))``; for each ``m``, ``draws`` estimates by
-    :func:`attnlib.randomised.sampled_product`. Root-mean-square errors relative to
-    ``|A V|_F``, measured and from :func:`attnlib.randomised.sampled_product_mse`, and the
+    :func:`attnlib.analysis.randomised.sampled_product`. Root-mean-square errors relative to
+    ``|A V|_F``, measured and from :func:`attnlib.analysis.randomised.sampled_product_mse`, and the
     bound ``|A|_F |V|_F / sqrt(m)`` of the optimal probabilities; and the error of
     ``Y = Z^-1 A V`` when the optimal estimate of ``A V`` is divided by the exact ``Z``
     (3 decimals).
@@ -486,12 +486,12 @@ def product_table(ms: Sequence[int] = (16, 64, 128), *, draws: int = 200) -> pd.
 
 TRAINED_MODEL = "book"
 """The trained model whose attention :func:`trained_product_table` samples
-(:func:`attnlib.pretrained.load`): four layers of four heads over the book's own text."""
+(:func:`attnlib.models.pretrained.load`): four layers of four heads over the book's own text."""
 
 
 @lru_cache(maxsize=1)
 def _trained_heads() -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
-    from attnlib import pretrained, probes, tasks  # loaded on first use: they read weights
+    from attnlib.models import pretrained, probes, tasks  # loaded on first use: they read weights
 
     model = pretrained.load(TRAINED_MODEL).to(F64)
     ids, _ = tasks.book_held_out(n_tokens=128, n_windows=1)  # (1, N) held-out characters
@@ -512,8 +512,8 @@ def trained_heads() -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Each layer's weights ``P`` and values ``V`` in the trained model, on held-out text.
 
     The model :data:`TRAINED_MODEL` runs in float64 on the first 128 characters of the
-    held-out part of its corpus (:func:`attnlib.tasks.book_held_out`); ``P`` comes from
-    :func:`attnlib.probes.attention_maps` and ``V_h = X W_V^h`` from the input ``X`` of
+    held-out part of its corpus (:func:`attnlib.models.tasks.book_held_out`); ``P`` comes from
+    :func:`attnlib.models.probes.attention_maps` and ``V_h = X W_V^h`` from the input ``X`` of
     each attention sublayer, so ``P_h V_h`` is head ``h``'s output before ``W_O``.
 
     Returns:
@@ -551,11 +551,11 @@ def trained_product_table(ms: Sequence[int] = (8, 32), *, draws: int = 200) -> p
     """Column sampling of ``Y_h = P_h V_h`` in every layer of the trained model.
 
     For each layer of :func:`trained_heads` and each ``m``, ``draws`` estimates by
-    :func:`attnlib.randomised.sampled_product`, each head sampling ``m`` of its ``N``
+    :func:`attnlib.analysis.randomised.sampled_product`, each head sampling ``m`` of its ``N``
     keys for all of its queries, with the optimal probabilities of each head and with
     uniform ones. Root-mean-square errors of the layer's heads together, relative to
     ``(sum_h |P_h V_h|_F^2)^{1/2}``, measured and from
-    :func:`attnlib.randomised.sampled_product_mse`, and the bound
+    :func:`attnlib.analysis.randomised.sampled_product_mse`, and the bound
     ``(sum_h |P_h|_F^2 |V_h|_F^2 / m)^{1/2}`` of the optimal probabilities (3 decimals).
 
     Args:
@@ -963,7 +963,7 @@ def estimator_table(
     """Every estimator of the chapter at equal cost, on the flat and the peaked head.
 
     Each estimator gets the largest size (``m``, ``k`` or ``r``) whose multiply-adds
-    (:func:`attnlib.randomised.multiply_adds`) stay within ``fraction`` of exact
+    (:func:`attnlib.analysis.randomised.multiply_adds`) stay within ``fraction`` of exact
     attention. Four cannot: they need every logit (or weight every key) first, which
     costs half of exact attention when ``d_QK = d_V``; they get that half plus the same
     budget. Errors are relative Frobenius errors of ``Y`` against exact attention, means
@@ -1025,7 +1025,7 @@ def _estimate(
     gen: torch.Generator,
 ) -> torch.Tensor:
     """One draw of ``estimator`` with size ``size`` (``m``, ``k`` or ``r``)."""
-    from attnlib.approx import performer_attention
+    from attnlib.analysis.approx import performer_attention
 
     d = Q.shape[-1]
     if estimator in ("importance, sketch", "top-k, sketch"):

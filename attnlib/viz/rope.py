@@ -6,7 +6,7 @@ and never shows it; :func:`attnlib.viz.twin` and :func:`attnlib.viz.explorer` tu
 ``pandas.DataFrame`` objects, which notebooks render as HTML tables.
 
 Pair ``i`` of a ``d``-wide query or key turns by ``theta_i = b^(-2i/d)`` radians per
-position (:func:`attnlib.rope.rope_frequencies`), so it comes back to the same angle every
+position (:func:`attnlib.core.rope.rope_frequencies`), so it comes back to the same angle every
 ``2 pi / theta_i`` positions, its *wavelength*. The explorer follows one query and one key
 of width :data:`D_EXPLORE` and the score
 ``<q R_m, k R_n>`` of the rotated rows for every offset ``m - n`` from 0 to
@@ -28,7 +28,7 @@ import torch
 from plotly.subplots import make_subplots
 
 from attnlib._checks import check_nonnegative_int, check_positive_float, check_positive_int
-from attnlib.rope import Llama3Scaling, RopeScaling, YarnScaling, apply_rope, rope_frequencies
+from attnlib.core.rope import Llama3Scaling, RopeScaling, YarnScaling, apply_rope, rope_frequencies
 from attnlib.viz.style import COLORS, DASHES, HEIGHT, OKABE_ITO, rounded, style
 
 __all__ = [
@@ -107,8 +107,8 @@ def wavelengths(d: int, base: float = 10_000.0, *,
     Args:
         d: rotated width (even): ``d_head``, or ``d_R`` for MLA's rotary part.
         base: RoPE base ``b``.
-        scaling: a frequency scaling of :mod:`attnlib.rope` (Llama 3.1's
-            :class:`~attnlib.rope.Llama3Scaling`, YaRN), or None.
+        scaling: a frequency scaling of :mod:`attnlib.core.rope` (Llama 3.1's
+            :class:`~attnlib.core.rope.Llama3Scaling`, YaRN), or None.
 
     Returns:
         ``(d/2,)`` float64, from ``2 pi`` (pair 0) up to ``2 pi b^((d-2)/d)`` without a

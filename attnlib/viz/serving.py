@@ -14,10 +14,10 @@ from functools import lru_cache
 
 import plotly.graph_objects as go
 
-from attnlib.batching import Request, continuous_batching
 from attnlib.examples import SERVING_REQUESTS
-from attnlib.layers import TinyDecoder
-from attnlib.streaming import kept_positions
+from attnlib.layers.blocks import TinyDecoder
+from attnlib.serving.batching import Request, continuous_batching
+from attnlib.serving.streaming import kept_positions
 from attnlib.viz.style import HEIGHT, OKABE_ITO, style
 
 __all__ = ["N_BLOCKS", "BLOCK_SIZE", "schedule", "schedule_figure"]

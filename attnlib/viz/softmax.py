@@ -24,7 +24,7 @@ import torch
 from plotly.subplots import make_subplots
 
 from attnlib._checks import check_positive_float, check_positive_int
-from attnlib.core import attention, attention_weights
+from attnlib.core.functional import attention, attention_weights
 from attnlib.viz.style import COLORS, DASHES, HEIGHT, SYMBOLS, rounded, style
 
 __all__ = [

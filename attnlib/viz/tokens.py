@@ -19,7 +19,7 @@ import torch
 from plotly.subplots import make_subplots
 
 from attnlib._checks import check_positive_int
-from attnlib.memory import ModelSpec
+from attnlib.analysis.memory import ModelSpec
 from attnlib.tokens import (
     CORPUS,
     HELD_OUT,
@@ -338,7 +338,7 @@ def embedding_table(
     that ties its head to ``E`` stores one ``N_T x d`` matrix; an untied one stores two.
 
     Args:
-        specs: presets from :mod:`attnlib.memory`.
+        specs: presets from :mod:`attnlib.analysis.memory`.
         nominal: ``spec.name`` -> the parameter count in the model's name (e.g. ``70e9``).
         tied: ``spec.name`` -> whether the output head is ``E`` itself.
         bytes_per_elem: bytes per entry (2 for bfloat16).

@@ -1,11 +1,11 @@
 """The trained-model dials of lessons 06 and 07: what a conversion saves and what it costs.
 
-Both lessons convert a small trained model that :mod:`attnlib.pretrained` ships, lesson 06
+Both lessons convert a small trained model that :mod:`attnlib.models.pretrained` ships, lesson 06
 by mean pooling its key/value heads to ``G`` (:func:`attnlib.viz.gqa.trained_figure`),
 lesson 07 by factoring its keys and values through a latent of width ``d_L``
 (:func:`attnlib.viz.mla.trained_figure`), and then fine-tune the attention of each
 conversion for a budget of 0, 100 or 400 steps. A dial is read against three references,
-all scored on the one evaluation set :func:`attnlib.train.eval_set`:
+all scored on the one evaluation set :func:`attnlib.models.train.eval_set`:
 
 - the *control*: the same fine-tune applied to a conversion that changes nothing (``G = H``,
   or the full-rank latent), which measures what the recipe alone does to the loss;
@@ -14,9 +14,9 @@ all scored on the one evaluation set :func:`attnlib.train.eval_set`:
 
 :func:`dial_table` holds one row per setting and one column per budget, :func:`dial_figure`
 draws it, and :func:`scratch_table` lists the models trained from scratch. The losses of
-shipped models are read from their cards, which record them on :func:`attnlib.train.eval_set`
+shipped models are read from their cards, which record them on :func:`attnlib.models.train.eval_set`
 (``tests/test_pretrained.py`` re-measures every card from the weights); a conversion that
-ships no card is measured here with :func:`attnlib.train.eval_loss`.
+ships no card is measured here with :func:`attnlib.models.train.eval_loss`.
 
 Lesson: 06_gqa, 07_mla.
 """
@@ -48,8 +48,8 @@ __all__ = [
 ]
 
 CONVERSIONS = ("n_kv_heads", "d_latent")
-"""The settings a dial turns: :func:`attnlib.pretrained.to_gqa`'s ``n_kv_heads`` and
-:func:`attnlib.pretrained.to_mla`'s ``d_latent``."""
+"""The settings a dial turns: :func:`attnlib.models.pretrained.to_gqa`'s ``n_kv_heads`` and
+:func:`attnlib.models.pretrained.to_mla`'s ``d_latent``."""
 
 BUDGETS: tuple[int, ...] = (0, 100, 400)
 """The uptraining budgets of a dial, in steps (0: the conversion alone)."""
@@ -91,14 +91,14 @@ def _cache_bytes(model) -> int:
 
 
 def _card_loss(name: str, **variant) -> float:
-    from attnlib import pretrained
+    from attnlib.models import pretrained
 
     return pretrained.card(name, **variant)["held_out"]["loss"]
 
 
 @lru_cache(maxsize=8)
 def _dial_table(name: str, conversion: str, values: tuple) -> pd.DataFrame:
-    from attnlib import pretrained, train
+    from attnlib.models import pretrained, train
 
     source = pretrained.load(name)
     convert = pretrained.to_gqa if conversion == "n_kv_heads" else pretrained.to_mla
@@ -131,12 +131,12 @@ def _dial_table(name: str, conversion: str, values: tuple) -> pd.DataFrame:
 def dial_table(name: str, conversion: str, values: tuple[int, ...]) -> pd.DataFrame:
     """Held-out loss and cache of shipped model ``name`` converted at each of ``values``.
 
-    Each row converts the model (:func:`attnlib.pretrained.to_gqa` for ``conversion =
-    "n_kv_heads"``, :func:`attnlib.pretrained.to_mla` for ``"d_latent"``), measures the
+    Each row converts the model (:func:`attnlib.models.pretrained.to_gqa` for ``conversion =
+    "n_kv_heads"``, :func:`attnlib.models.pretrained.to_mla` for ``"d_latent"``), measures the
     bytes one token adds to its caches (by running a token through them), and gives the
-    held-out loss on :func:`attnlib.train.eval_set` (3 decimals) after each budget of
+    held-out loss on :func:`attnlib.models.train.eval_set` (3 decimals) after each budget of
     :data:`BUDGETS`: right after the conversion (``"loss, 0 steps"``), and after the 100-
-    and 400-step fine-tunes that ship with the model (``attnlib.pretrained.load(name,
+    and 400-step fine-tunes that ship with the model (``attnlib.models.pretrained.load(name,
     **{conversion: value}, steps=...)``), NaN where none ships. The value that changes
     nothing (``G = H``, the full-rank latent) is the control row. ``table.attrs`` holds
     the source's loss and cache bytes, ``ln(vocab_size)`` and the seed spread: the
@@ -162,7 +162,7 @@ def dial_table(name: str, conversion: str, values: tuple[int, ...]) -> pd.DataFr
 
 @lru_cache(maxsize=4)
 def _scratch_table(names: tuple[str, ...]) -> pd.DataFrame:
-    from attnlib import pretrained
+    from attnlib.models import pretrained
 
     layouts = {**SCRATCH, **SCRATCH_MLA}
     rows = {}
@@ -186,7 +186,7 @@ def scratch_table(names: tuple[str, ...] | list[str] | None = None) -> pd.DataFr
     :data:`SCRATCH` (the grouped layouts of lesson 06). One row per model: its attention
     layout, the numbers it caches per token and layer (``2 G d_head``, or ``d_L + d_R``), the
     cache bytes per token (measured), its parameters, its held-out loss on
-    :func:`attnlib.train.eval_set` (from its card, 3 decimals) and that loss minus the
+    :func:`attnlib.models.train.eval_set` (from its card, 3 decimals) and that loss minus the
     ``book`` model's. All were trained with the same data, steps and optimiser, with RoPE;
     ``book`` and ``book-seed1`` differ only in the initial seed. A copy is returned.
 

@@ -1,14 +1,14 @@
 """One token through the trained ``book`` model: every intermediate, read from the model.
 
 The page "One token through the model" follows a prompt through the shipped character model
-``book`` (:func:`attnlib.pretrained.load`) and shows what each step makes of it. Nothing
+``book`` (:func:`attnlib.models.pretrained.load`) and shows what each step makes of it. Nothing
 here recomputes the model beside it: :func:`trace` runs the model once with forward hooks
 on each block, its norms, its attention and its feed-forward sublayer, and records what
 each of them returned; inside attention it calls the layer's own public steps
-(:meth:`~attnlib.gqa.GroupedQueryAttention.project`, ``rope_tables``,
-:meth:`~attnlib.gqa.GroupedQueryAttention.rotate`,
-:meth:`~attnlib.gqa.GroupedQueryAttention.attend`,
-:meth:`~attnlib.gqa.GroupedQueryAttention.combine`) on the input its hook recorded, and
+(:meth:`~attnlib.layers.gqa.GroupedQueryAttention.project`, ``rope_tables``,
+:meth:`~attnlib.layers.gqa.GroupedQueryAttention.rotate`,
+:meth:`~attnlib.layers.gqa.GroupedQueryAttention.attend`,
+:meth:`~attnlib.layers.gqa.GroupedQueryAttention.combine`) on the input its hook recorded, and
 keeps the result only where it equals what the hook saw. :func:`decode` feeds the written
 characters one at a time through the model's caches, with the same hooks.
 
@@ -30,12 +30,12 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from attnlib import pretrained
 from attnlib._checks import check_choice, check_nonnegative_int
-from attnlib.core import attention_weights
-from attnlib.gqa import GroupedQueryAttention
-from attnlib.heads import repeat_kv
-from attnlib.tasks import book_tokenizer
+from attnlib.core.functional import attention_weights
+from attnlib.core.heads import repeat_kv
+from attnlib.layers.gqa import GroupedQueryAttention
+from attnlib.models import pretrained
+from attnlib.models.tasks import book_tokenizer
 from attnlib.viz.style import COLORS, HEIGHT, OKABE_ITO, rounded, style
 
 __all__ = [
@@ -108,7 +108,8 @@ class Trace:
     - ``Q_rot``, ``K_rot``: after ``rotate``; ``angles (N, d_head / 2)``: the angle
       ``m theta_i`` of each pair at each position, from the layer's own ``rope_tables``;
     - ``S (H, N, N)``: the logits ``Q K^T / sqrt(d_head)`` (``-inf`` above the diagonal);
-    - ``P (H, N, N)``: the weights ``Z^-1 A``, as :func:`attnlib.probes.attention_maps` has them;
+    - ``P (H, N, N)``: the weights ``Z^-1 A``, as
+      :func:`attnlib.models.probes.attention_maps` has them;
     - ``Y (H, N, d_head)``: ``attend(Q_rot, K_rot, V)``;
     - ``attn (N, d)``: ``combine(Y, X) = concat(Y) W_O``, equal to what the sublayer returned;
     - ``x_mid (N, d)``: ``x_in + attn``; ``F_in (N, d)``: ``RMSNorm(x_mid)``;

@@ -10,7 +10,7 @@
 - Every link to a lesson names an existing notebook, and the number in its text (if any)
   is that lesson's.
 - In a lesson, the first mention in the prose of an attnlib module, function or class
-  (``attnlib.attention``, ``attnlib.memory``, ``attnlib.KVCache.update``) is a link to its
+  (``attnlib.attention``, ``attnlib.analysis.memory``, ``attnlib.KVCache.update``) is a link to its
   entry on the API page: ``[`attnlib.attention`](#attnlib.core.attention)``, the target
   being the name where the object is defined (``#`` + module + qualified name), which is
   what the API page documents. Later mentions may stay plain.

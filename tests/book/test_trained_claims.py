@@ -2,7 +2,8 @@
 their prose quotes are printed by their cells.
 
 Every held-out loss of a model trained on the book that these lessons compare is computed
-on ``attnlib.train.eval_set()`` (by ``attnlib.train.eval_loss``, or read from a card, which
+on ``attnlib.models.train.eval_set()`` (by ``attnlib.models.train.eval_loss``, or read from a
+card, which
 records that set), so no lesson scores one number on some held-out windows and the next on
 others. The test reads the lessons' code: no other book held-out set may appear in them.
 """
@@ -18,7 +19,7 @@ TRAINED = ("05_kv_cache", "06_gqa", "07_mla", "08_rope", "09_frontier", "11_serv
 # Ways to reach held-out book text other than the one evaluation set.
 OTHER_SETS = [
     re.compile(r"held_out\(\s*[\"']book"),  # train.held_out("book", ...), "book-nope", ...
-    re.compile(r"book_held_out\("),  # attnlib.tasks.book_held_out
+    re.compile(r"book_held_out\("),  # attnlib.models.tasks.book_held_out
     re.compile(r"n_windows\s*="),  # a subset of windows
     re.compile(r"\bevaluate\(\s*[^)]*\bids_"),  # train.evaluate on an ad-hoc batch
 ]
@@ -38,7 +39,8 @@ def test_trained_lessons_use_the_one_evaluation_set(lessons, stem):
 @pytest.mark.parametrize("stem", ("05_kv_cache", "06_gqa", "07_mla"))
 def test_lessons_that_compare_book_losses_score_them_with_eval_loss(lessons, stem):
     code = _code(lessons[stem])
-    assert "attnlib.train.eval_loss(" in code or "attnlib.train.eval_set()" in code, stem
+    assert ("attnlib.models.train.eval_loss(" in code
+            or "attnlib.models.train.eval_set()" in code), stem
 
 
 @pytest.mark.parametrize(("stem", "controls"), [

@@ -4,7 +4,7 @@
 //
 // - Ranking: a page whose own title holds a word of the query ranks above pages and API
 //   entries that only mention it ("rotary" finds the RoPE lesson before the API reference,
-//   which has a section on attnlib.rope); otherwise Sphinx's own scores stand.
+//   which has a section on attnlib.core.rope); otherwise Sphinx's own scores stand.
 // - Snippets: Sphinx takes a result's snippet from the page's [role=main] element, which in
 //   this theme starts with the article's toolbar (download and launch buttons); the
 //   snippet is taken from the article itself instead. Sphinx looks for the stemmed terms

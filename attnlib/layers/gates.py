@@ -12,7 +12,7 @@ a gated head can simply close its gate.
 :class:`GatedAttention` is grouped-query attention with this gate on every head; it is
 registered as attention variant ``"gated"``, so ``attnlib.TinyDecoder(...,
 attention="gated")`` uses it in every block (the ``"book-gated"`` model of
-:mod:`attnlib.pretrained`).
+:mod:`attnlib.models.pretrained`).
 
 Lesson: 09_frontier.
 """
@@ -23,9 +23,9 @@ import torch
 
 from attnlib._checks import check_matrix, check_tensor
 from attnlib._params import init_weight
-from attnlib.gqa import GroupedQueryAttention
-from attnlib.heads import merge_heads, split_heads
-from attnlib.variants import register_attention
+from attnlib.core.heads import merge_heads, split_heads
+from attnlib.layers.gqa import GroupedQueryAttention
+from attnlib.layers.variants import register_attention
 
 __all__ = ["GatedAttention", "output_gate"]
 
@@ -86,17 +86,17 @@ class GatedAttention(GroupedQueryAttention):
     ``G = sigmoid(X W_theta)``, one gate per output coordinate of every head, computed
     from the rows the queries come from (Qiu et al. 2025's head-specific, elementwise
     gate, placed after ``Z^-1 A V`` and before ``W_O``). The parameters are those of
-    :class:`~attnlib.gqa.GroupedQueryAttention` plus ``W_theta (d_in, H * d_head)``, drawn
+    :class:`~attnlib.layers.gqa.GroupedQueryAttention` plus ``W_theta (d_in, H * d_head)``, drawn
     like the others after them; every step but :meth:`combine` (the checks, projection,
     RoPE, the cache, attend) is GQA's.
 
     Args:
         d_in, n_heads, n_kv_heads, d_head, d_out: as for
-            :class:`~attnlib.gqa.GroupedQueryAttention`.
+            :class:`~attnlib.layers.gqa.GroupedQueryAttention`.
         **kw: its keyword arguments (``rope_base``, ``device``, ``dtype``, ...).
 
     Equivalent to ``merge_heads(output_gate(Y, X, W_theta)) @ W_O``, with ``Y`` the heads
-    of :class:`~attnlib.gqa.GroupedQueryAttention`.
+    of :class:`~attnlib.layers.gqa.GroupedQueryAttention`.
 
     Example:
         >>> attn = GatedAttention(d_in=16, n_heads=4, n_kv_heads=2, d_head=4)

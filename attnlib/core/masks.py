@@ -146,7 +146,7 @@ def sliding_window_mask(
                 [0, 1, 1, 0],
                 [0, 0, 1, 1]], dtype=torch.int32)
 
-    Lesson: 04_masks_and_layers, 05_kv_cache (:mod:`attnlib.sliding`).
+    Lesson: 04_masks_and_layers, 05_kv_cache (:mod:`attnlib.layers.sliding`).
     """
     if check:
         (n_q, n_kv), window = _sizes(n_q, n_kv), check_positive_int("window", window)

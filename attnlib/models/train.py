@@ -10,8 +10,8 @@ that warms up linearly and then stays constant or follows a cosine to zero, and 
 clipping by the global norm. Everything it draws comes from the ``data`` callable, so a
 seeded generator inside it makes the run repeatable.
 
-:data:`RECIPES` holds the recipe of every model that :mod:`attnlib.pretrained` ships;
-``python -m attnlib.train NAME`` re-creates model ``NAME`` from scratch and writes its
+:data:`RECIPES` holds the recipe of every model that :mod:`attnlib.models.pretrained` ships;
+``python -m attnlib.models.train NAME`` re-creates model ``NAME`` from scratch and writes its
 weights and card into the package (``make models`` runs every recipe).
 
 Lesson: 01_attention_as_lookup, 03_multi_head_attention, 06_gqa, 07_mla.
@@ -40,7 +40,7 @@ from attnlib._checks import (
     check_positive_int,
     check_token_batch,
 )
-from attnlib.tasks import IGNORE
+from attnlib.models.tasks import IGNORE
 
 __all__ = [
     "CARD_DECIMALS",
@@ -129,7 +129,7 @@ def train(
     Args:
         model: a :class:`attnlib.TinyDecoder` (or any module from ids to logits).
         data: called once per step; returns ``(ids, targets)`` of one batch, for example
-            ``lambda: attnlib.tasks.induction(batch_size=32, generator=g)``.
+            ``lambda: attnlib.models.tasks.induction(batch_size=32, generator=g)``.
         steps: number of optimiser steps.
         lr: peak learning rate.
         schedule: one of :data:`SCHEDULES`.
@@ -147,7 +147,7 @@ def train(
         >>> import attnlib
         >>> g = torch.Generator().manual_seed(0)
         >>> model = attnlib.TinyDecoder(32, d_model=32, n_layers=2, n_heads=2, seed=0)
-        >>> losses = train(model, lambda: attnlib.tasks.induction(batch_size=8, generator=g,
+        >>> losses = train(model, lambda: attnlib.models.tasks.induction(batch_size=8, generator=g,
         ...                                                        n_tokens=32), steps=5)
         >>> len(losses)
         5
@@ -252,7 +252,7 @@ def masked_logits(model: nn.Module, ids: torch.Tensor, key_mask: torch.Tensor) -
     ``key_mask`` is a bool ``(N, N)``, True where query ``i`` may attend to key ``j``; every
     layer applies it on top of the causal mask, with the RoPE positions ``0 .. N - 1`` of
     the full sequence. This is what a cache that evicts tokens computes: a window of ``w``
-    tokens is ``attnlib.masks.sliding_window_mask(N, window=w)``, and keeping the first
+    tokens is ``attnlib.core.masks.sliding_window_mask(N, window=w)``, and keeping the first
     tokens too ("attention sinks") adds their columns. An all-True mask gives ``model(ids)``.
 
     Args:
@@ -353,7 +353,7 @@ class Recipe:
 
     ``config`` is passed to :class:`attnlib.TinyDecoder` (its ``seed`` draws the initial
     weights); ``data_seed`` seeds the generator of the training batches; ``task_kw`` goes to
-    the task's generator; ``mix_induction`` adds that many :func:`attnlib.tasks.induction`
+    the task's generator; ``mix_induction`` adds that many :func:`attnlib.models.tasks.induction`
     rows of the same length to every batch (see ``"recall"``); ``weights_dtype="float16"``
     stores the trained weights rounded to float16 (half the bytes; the card reports the loss
     of the rounded weights, which are what ship, and ``held_out_float32`` the loss before).
@@ -379,8 +379,8 @@ class Recipe:
 class Finetune:
     """A conversion of a shipped model, then a short fine-tune of its attention sublayers.
 
-    For each value in ``values``, :func:`attnlib.pretrained.to_gqa` (``conversion =
-    "n_kv_heads"``) or :func:`attnlib.pretrained.to_mla` (``"d_latent"``) converts model
+    For each value in ``values``, :func:`attnlib.models.pretrained.to_gqa` (``conversion =
+    "n_kv_heads"``) or :func:`attnlib.models.pretrained.to_mla` (``"d_latent"``) converts model
     ``base``; then :func:`train` runs ``steps`` steps on the base's task, training only the
     attention parameters (``W_Q, W_K, W_V, W_O``, or MLA's ``W_L, W_LK, W_LV, W_LQQ, W_O``)
     and leaving the embedding, norms and feed-forward networks as they were. Only those
@@ -507,7 +507,7 @@ FINETUNES: dict[str, Finetune] = {
 
 
 def _book_vocab() -> int:
-    from attnlib.tasks import book_tokenizer
+    from attnlib.models.tasks import book_tokenizer
 
     return book_tokenizer().vocab_size
 
@@ -524,7 +524,7 @@ def recipe_config(name: str) -> dict:
 def recipe_data(name: str, generator: torch.Generator,
                 device: torch.device | str | None = None) -> Callable[[], Batch]:
     """The training batches of recipe ``name``, drawn from ``generator``."""
-    from attnlib import tasks
+    from attnlib.models import tasks
 
     recipe = RECIPES[check_choice("name", name, list(RECIPES))]
     kw = {"batch_size": recipe.batch_size, "generator": generator, "device": device,
@@ -550,14 +550,14 @@ def held_out(name: str, *, device: torch.device | str | None = None, **overrides
     """The held-out set that model ``name``'s card reports: ``(ids, targets)``.
 
     ``"recall"``: 2,000 rows with one query each; ``"induction"`` and ``"induction-nope"``:
-    256 rows of 64 tokens; the ``"book"`` models: :func:`attnlib.tasks.book_held_out`, the
+    256 rows of 64 tokens; the ``"book"`` models: :func:`attnlib.models.tasks.book_held_out`, the
     first 64 windows of 128 characters (8,192 characters; ``n_windows=16`` is a quicker
     subset, ``n_windows=None`` all of the held-out text). The synthetic sets are drawn from
     ``torch.Generator().manual_seed(HELD_OUT_SEED)``, a stream training never reads.
     ``overrides`` change the task's keywords (for example ``n_tokens=256``, past the
     training length, or ``batch_size``, or ``n_windows`` for the book).
     """
-    from attnlib import tasks
+    from attnlib.models import tasks
 
     recipe = RECIPES[check_choice("name", name, list(RECIPES))]
     if recipe.task == "book":
@@ -623,7 +623,7 @@ def evaluation_set(name: str) -> str:
     """What the ``"held_out"`` metrics on model ``name``'s card were measured on, in words."""
     recipe = RECIPES[check_choice("name", name, list(RECIPES))]
     if recipe.task == "book":
-        return ("attnlib.train.eval_set(): held_out('book'), the first 64 windows of 128 "
+        return ("attnlib.models.train.eval_set(): held_out('book'), the first 64 windows of 128 "
                 "held-out characters (8,192)")
     ids, _ = held_out(name)
     return (f"held_out({name!r}): {ids.shape[0]:,} rows of {ids.shape[1]} tokens drawn "
@@ -641,8 +641,8 @@ def make(name: str, out: str | Path | None = None, *, log_every: int = 250) -> d
     (converts a model already in ``out`` and fine-tunes each conversion). ``out`` defaults
     to the package's ``attnlib/weights``. Returns the card (or the list of cards).
     """
-    from attnlib import pretrained, tasks
-    from attnlib.layers import TinyDecoder
+    from attnlib.layers.blocks import TinyDecoder
+    from attnlib.models import pretrained, tasks
 
     out = Path(pretrained.WEIGHTS if out is None else out)
     out.mkdir(parents=True, exist_ok=True)
@@ -705,8 +705,8 @@ def finetune_file(base: str, conversion: str, value: int, steps: int) -> str:
 
 
 def _make_finetunes(name: str, out: Path, *, log_every: int) -> list[dict]:
-    from attnlib import pretrained
-    from attnlib.layers import TinyDecoder
+    from attnlib.layers.blocks import TinyDecoder
+    from attnlib.models import pretrained
 
     ft = FINETUNES[name]
     base_card = json.loads((out / f"{ft.base}.json").read_text(encoding="utf-8"))
@@ -749,9 +749,9 @@ def _make_finetunes(name: str, out: Path, *, log_every: int) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m attnlib.train NAME [NAME ...] [--out DIR] [--threads T]``."""
+    """``python -m attnlib.models.train NAME [NAME ...] [--out DIR] [--threads T]``."""
     parser = argparse.ArgumentParser(
-        prog="python -m attnlib.train",
+        prog="python -m attnlib.models.train",
         description="Re-create attnlib's shipped models from scratch.")
     parser.add_argument("names", nargs="+", metavar="NAME",
                         help=f"one of {[*RECIPES, *FINETUNES]}, or 'all'")

@@ -1,27 +1,27 @@
 """The attention variants a transformer block can hold, by name: ``"gqa"``, ``"mla"``, and yours.
 
-:class:`attnlib.layers.TransformerBlock` (and so :class:`attnlib.layers.TinyDecoder`)
+:class:`attnlib.layers.blocks.TransformerBlock` (and so :class:`attnlib.layers.blocks.TinyDecoder`)
 builds its attention sublayer from this registry: ``attention="gqa"`` looks up the builder
 registered under ``"gqa"`` and calls it with the block's width, head count and head width,
 ``rope_base``, ``device`` and ``dtype``, and the variant's own options as the caller gave
 them (``TinyDecoder(..., attention="sliding", window=32)`` hands ``window=32`` to the
 ``"sliding"`` builder); an option the builder has no parameter for is refused by name. The
-shipped variants register themselves: ``"gqa"`` (:mod:`attnlib.gqa`), ``"gated"``
-(:mod:`attnlib.gates`), ``"mla"`` (:mod:`attnlib.mla`) and ``"sliding"``
-(:mod:`attnlib.sliding`).
+shipped variants register themselves: ``"gqa"`` (:mod:`attnlib.layers.gqa`), ``"gated"``
+(:mod:`attnlib.layers.gates`), ``"mla"`` (:mod:`attnlib.layers.mla`) and ``"sliding"``
+(:mod:`attnlib.layers.sliding`).
 
-A variant is an :class:`attnlib.attention_layer.AttentionLayer`: its ``forward`` runs the
+A variant is an :class:`attnlib.layers.base.AttentionLayer`: its ``forward`` runs the
 steps ``project``, ``rotate``, the cache's ``append``, ``attend`` and ``combine`` in order,
 and a variant overrides the steps it changes (gated attention its ``combine``, the sliding
 window its ``attend`` and ``new_cache``). Subclassing
-:class:`~attnlib.gqa.GroupedQueryAttention` gives every step of grouped-query attention and
+:class:`~attnlib.layers.gqa.GroupedQueryAttention` gives every step of grouped-query attention and
 a builder, ``for_block``, that a subclass inherits.
 
 Example:
     A variant of one's own, registered in one's own module (here, GQA whose heads all
     read one KV head):
 
-    >>> from attnlib.gqa import GroupedQueryAttention
+    >>> from attnlib.layers.gqa import GroupedQueryAttention
     >>> @register_attention("one-kv-head")
     ... def _mqa(d_model, n_heads, d_head, *, rope_base=None, device=None, dtype=None):
     ...     return GroupedQueryAttention(d_model, n_heads, 1, d_head, rope_base=rope_base,

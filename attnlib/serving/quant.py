@@ -36,8 +36,9 @@ from typing import NamedTuple
 
 import torch
 
-from attnlib._checks import check_choice, check_positive_int, check_tensor
-from attnlib.cache import Cache, Rows
+from attnlib._checks import check_choice, check_divisible, check_positive_int, check_tensor
+from attnlib.core.functional import attention
+from attnlib.serving.cache import Cache, Rows
 
 __all__ = ["AXES", "BITS", "QuantKVCache", "Quantised", "attention_error", "dequantise",
            "quantise", "quantised_loss"]
@@ -269,16 +270,16 @@ def attention_error(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, *,
         >>> err < 0.01, nbytes   # 2 * 32 tokens * (8 bytes + one 4-byte scale)
         (True, 768)
     """
-    from attnlib.gqa import grouped_query_attention
-
     if check:
         for name, T in (("Q", Q), ("K", K), ("V", V)):
             check_tensor(name, T, min_dim=3)
+        check_divisible("Q's heads (Q.shape[-3])", Q.shape[-3], "K's heads (K.shape[-3])",
+                        K.shape[-3])
     cache = QuantKVCache(k_bits, v_bits, k_axis=k_axis, v_axis=v_axis, k_group=k_group,
                          v_group=v_group)
     K_q, V_q = cache.append(K, V, check=check)
-    Y = grouped_query_attention(Q, K, V, causal=True, check=check)
-    Y_q = grouped_query_attention(Q, K_q, V_q, causal=True, check=False)
+    Y = attention(Q, K, V, causal=True, enable_gqa=True, check=False)
+    Y_q = attention(Q, K_q, V_q, causal=True, enable_gqa=True, check=False)
     return float((Y_q - Y).norm() / Y.norm()), cache.nbytes
 
 

@@ -487,7 +487,8 @@ def _check_frequencies(d: object, base: object, scaling: object) -> None:
 def _check_scaling(scaling: object, name: str = "scaling") -> None:
     if scaling is not None and not isinstance(scaling, (Llama3Scaling, YarnScaling)):
         raise TypeError(
-            f"{name} must be None, an attnlib.rope.Llama3Scaling or an attnlib.rope.YarnScaling;"
+            f"{name} must be None, an attnlib.core.rope.Llama3Scaling or an "
+            "attnlib.core.rope.YarnScaling;"
             f" got {type(scaling).__name__}"
         )
 

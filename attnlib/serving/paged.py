@@ -20,9 +20,10 @@ are exactly the rows a contiguous cache holds, so the logits are the same.
 :class:`BlockAllocator` is the free list and the tables; :class:`PagedKVCache` is one
 layer's pools ``K_pool, V_pool`` of shape ``(G, n_blocks, s, d)`` (heads first, so that a
 sequence's blocks laid end to end are a view of the gather) and implements the
-:class:`~attnlib.cache.Cache` protocol for a batch of sequences: pass one per layer as
+:class:`~attnlib.serving.cache.Cache` protocol for a batch of sequences: pass one per layer as
 ``TinyDecoder.generate(ids, n, caches=[...])``. For a batch whose rows hold different
-numbers of tokens (continuous batching, :mod:`attnlib.batching`), :meth:`PagedKVCache.select`
+numbers of tokens (continuous batching, :mod:`attnlib.serving.batching`),
+:meth:`PagedKVCache.select`
 names the sequence of each row and how many of its new rows are real.
 
 Lesson: 11_serving (05_kv_cache for the cache itself).
@@ -37,7 +38,7 @@ from typing import NamedTuple
 import torch
 
 from attnlib._checks import check_nonnegative_int, check_positive_int
-from attnlib.cache import Cache, Rows
+from attnlib.serving.cache import Cache, Rows
 
 __all__ = ["BlockAllocator", "PagedKVCache", "PagingMemory", "batch_mask", "paging_memory"]
 
@@ -127,7 +128,7 @@ class PagedKVCache(Cache):
     returns every held key and value, read through the block tables: row ``b`` is the
     gather of its blocks, cut at its length. When every row holds the same number of
     tokens this is ``(B, G, n_tokens, d)``, row for row the tensor a contiguous
-    :class:`~attnlib.cache.KVCache` returns, so decoding through it gives the same logits.
+    :class:`~attnlib.serving.cache.KVCache` returns, so decoding through it gives the same logits.
 
     Without :meth:`select`, the first append opens sequences ``0 .. B-1``, one per row, as
     a contiguous cache does. With ``select(seqs, n_new)`` row ``b`` belongs to sequence

@@ -31,13 +31,13 @@ from typing import NamedTuple
 import torch
 
 from attnlib._checks import check_nonnegative_int, check_positive_int, check_tensor
-from attnlib.cache import KVCache
+from attnlib.serving.cache import KVCache
 
 __all__ = ["RollbackKVCache", "SpeculativeResult", "accept_reject", "speculative_generate"]
 
 
 class RollbackKVCache(KVCache):
-    """A growing :class:`~attnlib.cache.KVCache` that can forget its newest tokens.
+    """A growing :class:`~attnlib.serving.cache.KVCache` that can forget its newest tokens.
 
     ``crop(n)`` keeps the first ``n`` tokens: what a rejected proposal wrote is dropped,
     and the next token is at position ``n`` again.
@@ -124,7 +124,7 @@ class SpeculativeResult(NamedTuple):
 
 
 def _probs(logits: torch.Tensor, temperature: float, top_k, top_p, min_p) -> torch.Tensor:
-    from attnlib.sampling import warp
+    from attnlib.serving.sampling import warp
 
     z = warp(logits, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
              check=False)
@@ -140,13 +140,13 @@ def speculative_generate(target, draft, ids: torch.Tensor, max_new_tokens: int, 
     """Generate ``max_new_tokens`` tokens from ``target``, proposed ``k`` at a time by ``draft``.
 
     Args:
-        target, draft: :class:`~attnlib.layers.TinyDecoder` s of one vocabulary whose
+        target, draft: :class:`~attnlib.layers.blocks.TinyDecoder` s of one vocabulary whose
             attention keeps ``K, V``.
         ids: ``(1, N)`` or ``(N,)`` the prompt (one sequence).
         max_new_tokens: tokens to generate (>= 0).
         k: proposals per round (>= 1); fewer in the last round when fewer tokens remain.
         do_sample: the sampling rule (True) or the greedy one (False, the default).
-        temperature, top_k, top_p, min_p: the warpers of :func:`attnlib.sampling.warp`,
+        temperature, top_k, top_p, min_p: the warpers of :func:`attnlib.serving.sampling.warp`,
             applied to both models' logits when sampling.
         generator: a seeded ``torch.Generator`` for the draft's draws, the accept tests and
             the residual draws.
@@ -158,7 +158,7 @@ def speculative_generate(target, draft, ids: torch.Tensor, max_new_tokens: int, 
         passes (the prompt's prefill not counted), proposals made and kept.
 
     Example:
-        >>> from attnlib.layers import TinyDecoder
+        >>> from attnlib.layers.blocks import TinyDecoder
         >>> target = TinyDecoder(vocab_size=12, d_model=16, n_layers=2, n_heads=2, seed=0)
         >>> draft = TinyDecoder(vocab_size=12, d_model=8, n_layers=1, n_heads=1, seed=1)
         >>> prompt = torch.tensor([[1, 2, 3]])
@@ -177,7 +177,7 @@ def speculative_generate(target, draft, ids: torch.Tensor, max_new_tokens: int, 
             raise ValueError(f"draft must share the target's vocabulary ({target.E.shape[0]}); "
                              f"got {draft.E.shape[0]}")
         if do_sample:
-            from attnlib.sampling import check_options
+            from attnlib.serving.sampling import check_options
             check_options(temperature, top_k, top_p, min_p, generator)
     prompt = ids.reshape(1, -1)
     device = target.E.device

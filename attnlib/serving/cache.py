@@ -11,8 +11,8 @@ earlier token. Those never change, so they are computed once and kept:
 * :class:`LatentCache` keeps MLA's shared latent ``L = X W_L`` (``d_L`` numbers) and, with
   decoupled RoPE, the one rotated key ``k_R`` (``d_R`` numbers) per token and layer;
   :class:`StaticLatentCache` keeps them in buffers allocated once.
-* :class:`attnlib.sliding.WindowCache` keeps the keys and values of the last ``window``
-  tokens only (sliding-window attention).
+* :class:`WindowCache` keeps the keys and values of the last ``window``
+  tokens only (sliding-window attention, :mod:`attnlib.layers.sliding`).
 
 Every cache follows one public protocol, :class:`Cache`: ``append(*new)`` adds the new
 tokens' tensors and returns everything held, ``n_tokens`` is the position of the next token,
@@ -21,8 +21,8 @@ before a forward pass runs, whether new rows of that shape fit (an attention lay
 in its check step, then appends with ``check=False``). A subclass names the tensors it
 holds in :attr:`Cache.fields` and adds the rules its tensors must keep.
 
-What the cache saves is arithmetic; :mod:`attnlib.costs` counts it
-(:func:`attnlib.costs.decode_step_macs`, :func:`attnlib.costs.generation_macs`).
+What the cache saves is arithmetic; :mod:`attnlib.analysis.costs` counts it
+(:func:`attnlib.analysis.costs.decode_step_macs`, :func:`attnlib.analysis.costs.generation_macs`).
 
 Queries are never cached: each is used once, by the step that made it. Feeding a sequence
 through a module in pieces with a cache gives the same outputs as one causal call over
@@ -39,7 +39,8 @@ import torch
 
 from attnlib._checks import check_positive_int, check_tensor
 
-__all__ = ["Cache", "KVCache", "LatentCache", "Rows", "StaticKVCache", "StaticLatentCache"]
+__all__ = ["Cache", "KVCache", "LatentCache", "Rows", "StaticKVCache", "StaticLatentCache",
+           "WindowCache"]
 
 
 class Rows(NamedTuple):
@@ -329,3 +330,49 @@ def _check_fits(name: str, held: torch.Tensor, new: Rows, n_held: int) -> None:
             f"{name} must match the cache's dtype and device ({held.dtype}, {held.device}); "
             f"got ({new.dtype}, {new.device})"
         )
+
+
+class WindowCache(KVCache):
+    """A :class:`KVCache` holding the keys and values of the last ``window`` tokens.
+
+    :meth:`append` returns the held tokens followed by the new ones (the new queries need
+    the ``window - 1`` keys before them), then keeps the last ``window`` of them.
+    :attr:`n_tokens` counts every token seen, so positions continue; :attr:`n_held` is how
+    many rows are kept, at most ``window``.
+
+    Args:
+        window: how many of the most recent tokens to keep (>= 1).
+        max_tokens: accepted for the protocol of ``new_cache(max_tokens)`` and ignored: the
+            cache never holds more than ``window`` tokens.
+
+    Example:
+        >>> cache = WindowCache(window=4)
+        >>> for _ in range(6):
+        ...     K, V = cache.append(torch.zeros(1, 2, 1, 8), torch.zeros(1, 2, 1, 8))
+        >>> cache.n_tokens, cache.n_held, K.shape[-2]
+        (6, 4, 5)
+
+    Lesson: 05_kv_cache.
+    """
+
+    def __init__(self, window: int, max_tokens: int | None = None) -> None:
+        super().__init__()
+        self.window = check_positive_int("window", window)
+
+    @property
+    def n_held(self) -> int:
+        """How many tokens' keys and values are kept (at most ``window``)."""
+        K = self._held["K"]
+        return 0 if K is None else K.shape[-2]
+
+    def append(self, K: torch.Tensor, V: torch.Tensor, *,
+               check: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """Return the held keys and values followed by the new ones; keep the last ``window``."""
+        K_all, V_all = super().append(K, V, check=check)  # (..., G, n_held + N_new, d)
+        self._held["K"] = K_all[..., -self.window :, :]  # the oldest rows drop out
+        self._held["V"] = V_all[..., -self.window :, :]
+        return K_all, V_all
+
+    def __repr__(self) -> str:
+        return (f"WindowCache(window={self.window}, n_tokens={self.n_tokens}, "
+                f"n_held={self.n_held}, nbytes={self.nbytes})")

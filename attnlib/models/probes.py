@@ -28,12 +28,12 @@ import torch
 from torch import nn
 
 from attnlib._checks import check_positive_int, check_tensor, check_token_batch
-from attnlib.core import attention_weights
-from attnlib.gates import GatedAttention
-from attnlib.gqa import GroupedQueryAttention
-from attnlib.heads import repeat_kv, split_heads
-from attnlib.sliding import SlidingWindowAttention
-from attnlib.train import evaluate
+from attnlib.core.functional import attention_weights
+from attnlib.core.heads import repeat_kv, split_heads
+from attnlib.layers.gates import GatedAttention
+from attnlib.layers.gqa import GroupedQueryAttention
+from attnlib.layers.sliding import SlidingWindowAttention
+from attnlib.models.train import evaluate
 
 __all__ = [
     "ablate_heads",
@@ -237,7 +237,7 @@ def head_ablation(
 ) -> torch.Tensor:
     """Held-out loss with each head zeroed in turn: ``(n_layers, n_heads)``, nats per token.
 
-    Entry ``[l, h]`` is :func:`attnlib.train.evaluate`'s loss of ``ablate_heads(model,
+    Entry ``[l, h]`` is :func:`attnlib.models.train.evaluate`'s loss of ``ablate_heads(model,
     [(l, h)])`` on ``(ids, targets)``; compare it with the loss of the intact model.
 
     Lesson: 03_multi_head_attention.
@@ -278,7 +278,7 @@ def gate_openness(
 ) -> torch.Tensor:
     """Mean output gate ``sigmoid(X W_theta)`` per layer and head, ``(n_layers, n_heads)``.
 
-    For a model built with ``attention="gated"`` (:class:`attnlib.gates.GatedAttention`):
+    For a model built with ``attention="gated"`` (:class:`attnlib.layers.gates.GatedAttention`):
     the average, over rows, positions and a head's ``d_head`` coordinates, of the factor
     its output is multiplied by. Near 0 a head is mostly shut; near 1, open.
 

@@ -1,6 +1,6 @@
 """A rolling KV cache with attention sinks: keep the first tokens and the last ``w``.
 
-A cache that keeps only the last ``w`` tokens (:class:`attnlib.sliding.WindowCache`) caps
+A cache that keeps only the last ``w`` tokens (:class:`attnlib.serving.cache.WindowCache`) caps
 memory, but a model trained with full attention was never asked to do without its first
 tokens, on which many heads park the attention they do not need (Xiao et al., StreamingLLM,
 "attention sinks"). :class:`SinkCache` keeps the first ``n_sink`` tokens as well as the
@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from attnlib._checks import check_nonnegative_int, check_positive_int, check_tensor
-from attnlib.sliding import WindowCache
+from attnlib.serving.cache import WindowCache
 
 __all__ = ["SinkCache", "held_values", "kept_positions", "recomputed_logits", "rolling_logits"]
 
@@ -36,7 +36,7 @@ class SinkCache(WindowCache):
     nor among the last ``window``; decoding one token at a time, each query reads exactly
     those. A prompt appended in one piece is read in full by its own queries (the
     prefill); eviction applies from then on. With ``n_sink=0`` it holds what
-    :class:`~attnlib.sliding.WindowCache` holds.
+    :class:`~attnlib.serving.cache.WindowCache` holds.
 
     Example:
         >>> cache = SinkCache(window=3, n_sink=2)
@@ -103,10 +103,10 @@ def rolling_logits(model, ids: torch.Tensor, *, window: int | None, n_sink: int 
     """Logits ``(B, N, V)`` of ``ids (B, N)`` decoded one token at a time through rolling caches.
 
     Each step feeds one token into a :class:`SinkCache` per layer (``window=None``: a full
-    :class:`~attnlib.cache.KVCache`), so the query at position ``p`` reads the tokens of
+    :class:`~attnlib.serving.cache.KVCache`), so the query at position ``p`` reads the tokens of
     :func:`kept_positions` in every layer. With ``return_caches`` the caches come back too.
     """
-    from attnlib.cache import KVCache
+    from attnlib.serving.cache import KVCache
 
     if check:
         _check(model, ids, window or 1, n_sink)

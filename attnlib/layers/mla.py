@@ -76,14 +76,14 @@ from attnlib._checks import (
     check_tensor,
 )
 from attnlib._params import init_weight
-from attnlib.attention_layer import AttentionLayer
-from attnlib.cache import LatentCache, Rows, StaticLatentCache
-from attnlib.core import attention
-from attnlib.gqa import GroupedQueryAttention, grouped_query_attention
-from attnlib.heads import kv_head_index, merge_heads, split_heads
-from attnlib.norms import rms_norm
-from attnlib.rope import RopeScaling, RopeTables, YarnScaling, check_rope_scaling
-from attnlib.variants import register_attention
+from attnlib.core.functional import attention
+from attnlib.core.heads import kv_head_index, merge_heads, split_heads
+from attnlib.core.rope import RopeScaling, RopeTables, YarnScaling, check_rope_scaling
+from attnlib.layers.base import AttentionLayer
+from attnlib.layers.gqa import GroupedQueryAttention, grouped_query_attention
+from attnlib.layers.norms import rms_norm
+from attnlib.layers.variants import register_attention
+from attnlib.serving.cache import LatentCache, Rows, StaticLatentCache
 
 __all__ = [
     "MultiHeadLatentAttention",
@@ -132,7 +132,8 @@ def mla_naive(
         mask: bool, broadcastable to ``(..., H, N_Q, N_KV)``; True = may attend.
         causal: bottom-right aligned causal mask.
         scale: multiplies the logits; default ``1/sqrt(d_head + d_R)``.
-        impl: ``"auto"`` (fused SDPA) or ``"explicit"``, see :func:`attnlib.core.attention`.
+        impl: ``"auto"`` (fused SDPA) or ``"explicit"``, see
+            :func:`attnlib.core.functional.attention`.
         check: validate the arguments first (the default); attnlib's own calls pass False.
 
     Returns:
@@ -307,7 +308,7 @@ class MultiHeadLatentAttention(AttentionLayer):
     A :class:`attnlib.LatentCache` holds ``L`` (after the RMSNorm when ``latent_norm`` is
     on: the normalisation acts per token, so each row is normalised once, when it is
     made) and ``k_R`` (after rotation): ``(d_L + d_R)`` numbers per token, the count of
-    :func:`attnlib.memory.mla_cache_bytes`.
+    :func:`attnlib.analysis.memory.mla_cache_bytes`.
 
     DeepSeek-V2 names (transposed: it multiplies from the left): ``W_L = W^DKV``,
     ``W_LK = W^UK``, ``W_LV = W^UV``, ``W_LQ = W^DQ``, ``W_LQQ = W^UQ``, ``W_QR = W^QR``,
@@ -327,9 +328,9 @@ class MultiHeadLatentAttention(AttentionLayer):
         latent_norm: RMSNorm (``eps = 1e-6``, learnable gains) on ``L`` and ``L_Q``.
         rope_base: RoPE base for the decoupled part; unused (and may be None) when
             ``d_rope = 0``.
-        rope_interleaved: RoPE pairing, see :mod:`attnlib.rope`.
+        rope_interleaved: RoPE pairing, see :mod:`attnlib.core.rope`.
         rope_scaling: a frequency scaling of the decoupled RoPE
-            (:class:`attnlib.rope.YarnScaling` for DeepSeek-V2 and V3, which also
+            (:class:`attnlib.core.rope.YarnScaling` for DeepSeek-V2 and V3, which also
             multiplies the softmax scale by its ``softmax_factor``), or None.
         device: where the parameters live.
         dtype: their dtype.
@@ -343,11 +344,11 @@ class MultiHeadLatentAttention(AttentionLayer):
         True
 
     Its ``forward`` is :meth:`AttentionLayer.forward
-    <attnlib.attention_layer.AttentionLayer.forward>` (self-attention only, ``X_KV=None``),
+    <attnlib.layers.base.AttentionLayer.forward>` (self-attention only, ``X_KV=None``),
     with one option of its attend step: ``absorbed=True`` runs :func:`mla_absorbed`'s order
     (per-head ``K_h`` and ``V_h`` are never formed) instead of :func:`mla_naive`'s; the two
     agree up to rounding. ``impl`` is ``"auto"`` or ``"explicit"``, as for
-    :func:`attnlib.core.attention`.
+    :func:`attnlib.core.functional.attention`.
 
     Lesson: 07_mla (decoupled RoPE: 08_rope).
     """
@@ -402,7 +403,7 @@ class MultiHeadLatentAttention(AttentionLayer):
     @property
     def scale(self) -> float:
         """The logit scale ``1/sqrt(d_head + d_R)``, times DeepSeek's ``softmax_factor`` of a
-        :class:`~attnlib.rope.YarnScaling` (``mscale(factor, mscale_all_dim)^2``)."""
+        :class:`~attnlib.core.rope.YarnScaling` (``mscale(factor, mscale_all_dim)^2``)."""
         yarn = isinstance(self.rope_scaling, YarnScaling)
         return (self.rope_scaling.softmax_factor if yarn else 1.0) / math.sqrt(
             self.d_head + self.d_rope)
@@ -463,8 +464,9 @@ class MultiHeadLatentAttention(AttentionLayer):
         return merge_heads(Y, check=False) @ self.W_O  # (..., N_Q, H d_v) @ (H d_v, d_out)
 
     def new_cache(self, max_tokens: int | None = None) -> LatentCache:
-        """An empty cache for this layer: a :class:`~attnlib.cache.LatentCache`, or with
-        ``max_tokens`` a :class:`~attnlib.cache.StaticLatentCache` (no copies as it grows)."""
+        """An empty cache for this layer: a :class:`~attnlib.serving.cache.LatentCache`, or with
+        ``max_tokens`` a :class:`~attnlib.serving.cache.StaticLatentCache` (no copies as it
+        grows)."""
         return LatentCache() if max_tokens is None else StaticLatentCache(max_tokens)
 
     def cache_rows(self, batch: tuple[int, ...], n: int) -> tuple[Rows, Rows | None]:
@@ -568,7 +570,7 @@ def mla_from_mha(
         d_latent: ``r``, the latent width: an int in ``[1, min(d_in, 2 G d_head)]``.
         svd: how to compute the rank-``r`` factors, ``svd(W_KV, r) -> (U_r, S_r, Vh_r)``;
             default the exact truncated SVD (``torch.linalg.svd``). Chapter 10 passes a
-            randomised one (:func:`attnlib.randomised.randomised_mla_from_mha`).
+            randomised one (:func:`attnlib.analysis.randomised.randomised_mla_from_mha`).
         check: validate the arguments first (the default).
 
     Returns:

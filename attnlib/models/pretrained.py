@@ -6,12 +6,12 @@ rebuild the same architecture untrained, with the seed of its initial weights:
 ``type(model)(**model.card["config"])`` is the model before training), the training
 ``"steps"`` and ``"seed"``, and the ``"held_out"`` metrics measured when it was saved
 (``"loss"`` in nats per token, ``"accuracy"``). :func:`names` lists the models; each
-was made by ``python -m attnlib.train NAME`` (:mod:`attnlib.train` holds the recipes).
+was made by ``python -m attnlib.models.train NAME`` (:mod:`attnlib.models.train` holds the recipes).
 
 Two conversions turn a trained multi-head decoder into the cheaper layouts of chapters 06
 and 07, layer by layer: :func:`to_gqa` mean-pools its key and value heads
-(:func:`attnlib.gqa.gqa_from_mha`), :func:`to_mla` factors ``[W_K | W_V]`` by a truncated
-SVD (:func:`attnlib.mla.mla_from_mha`, which needs a model without RoPE). Both return new
+(:func:`attnlib.layers.gqa.gqa_from_mha`), :func:`to_mla` factors ``[W_K | W_V]`` by a truncated
+SVD (:func:`attnlib.layers.mla.mla_from_mha`, which needs a model without RoPE). Both return new
 models and change nothing else. Converted models that were then trained a little more
 (the uptraining of Ainslie et al., 2023) ship too: ``load("book", n_kv_heads=2)``,
 ``load("book-nope", d_latent=32)``, after 100 steps, and ``load("book", n_kv_heads=2,
@@ -34,9 +34,9 @@ from pathlib import Path
 import torch
 
 from attnlib._checks import check_positive_int
-from attnlib.gqa import gqa_from_mha
-from attnlib.layers import TinyDecoder
-from attnlib.mla import mla_from_mha
+from attnlib.layers.blocks import TinyDecoder
+from attnlib.layers.gqa import gqa_from_mha
+from attnlib.layers.mla import mla_from_mha
 
 __all__ = [
     "DEFAULT_STEPS",
@@ -102,7 +102,7 @@ def _variant_file(name: str, variant: dict[str, int]) -> str:
             return file
     raise ValueError(
         f"model {name!r} ships no fine-tuned variant {variant}; it ships {variants(name)}. "
-        "Convert it without fine-tuning with attnlib.pretrained.to_gqa or to_mla."
+        "Convert it without fine-tuning with attnlib.models.pretrained.to_gqa or to_mla."
     )
 
 
@@ -217,7 +217,7 @@ def _converted(model: TinyDecoder, config: dict, convert, prefix_keys) -> TinyDe
 def to_gqa(model: TinyDecoder, n_kv_heads: int) -> TinyDecoder:
     """``model`` with ``n_kv_heads`` KV heads per layer, by mean-pooling (no training).
 
-    Every layer's attention goes through :func:`attnlib.gqa.gqa_from_mha`; the embedding,
+    Every layer's attention goes through :func:`attnlib.layers.gqa.gqa_from_mha`; the embedding,
     norms and feed-forward networks are copied. The KV cache shrinks by the factor
     ``G_src / n_kv_heads``; what it costs in loss is what chapter 06 measures.
 
@@ -241,7 +241,7 @@ def to_mla(model: TinyDecoder, d_latent: int) -> TinyDecoder:
     """``model`` with multi-head latent attention of latent width ``d_latent`` (no training).
 
     Every layer's ``[W_K | W_V]`` is cut to rank ``d_latent`` by
-    :func:`attnlib.mla.mla_from_mha`; the queries, ``W_O``, embedding, norms and
+    :func:`attnlib.layers.mla.mla_from_mha`; the queries, ``W_O``, embedding, norms and
     feed-forward networks are copied. Exact (up to rounding) at
     ``d_latent = min(d_model, 2 G d_head)``. RoPE rotates keys after ``W_K``, so a RoPE
     model cannot be factored this way: convert a model trained without positions

@@ -41,8 +41,8 @@ from attnlib._checks import (
     check_shape,
     check_tensor,
 )
-from attnlib.core import attention
-from attnlib.masks import causal_mask, query_positions
+from attnlib.core.functional import attention
+from attnlib.core.masks import causal_mask, query_positions
 
 __all__ = [
     "LinearAttentionState",
@@ -200,7 +200,7 @@ def linear_attention(
     * ``numerator = phi(Q) (phi(K)^T V)`` and ``Z = diag(phi(Q) (phi(K)^T 1))``, cost
       ``O((N_Q + N_KV) r d_V)``;
     * ``causal=True`` replaces the two sums by prefix sums over the keys (bottom-right
-      aligned, as :func:`attnlib.masks.causal_mask`): query ``i`` uses
+      aligned, as :func:`attnlib.core.masks.causal_mask`): query ``i`` uses
       ``sum_{j <= i + N_KV - N_Q} phi(k_j)^T v_j``. A query with no visible key gets zeros.
 
     Args:

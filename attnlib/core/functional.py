@@ -29,8 +29,8 @@ from attnlib._checks import (
     check_qkv,
     check_tensor,
 )
+from attnlib.core.masks import causal_mask
 from attnlib.device import work_dtype
-from attnlib.masks import causal_mask
 
 __all__ = ["KERNELS", "attention", "attention_weights", "row_normalise", "similarity"]
 
@@ -80,13 +80,13 @@ def attention(
         V: ``(..., N_KV, d_V)`` values.
         kernel: a name in :data:`KERNELS` or a callable ``f`` on the logits.
         mask: bool, broadcastable to ``(..., N_Q, N_KV)``; True = may attend.
-        causal: also apply :func:`attnlib.masks.causal_mask` (bottom-right aligned, so
+        causal: also apply :func:`attnlib.core.masks.causal_mask` (bottom-right aligned, so
             fewer queries than keys means "the last N_Q positions").
         scale: multiplies the dot products; default ``1/sqrt(d_QK)``.
         impl: ``"auto"`` or ``"explicit"``.
         enable_gqa: (fused path only) ``K`` and ``V`` may have ``G`` heads in dimension -3
             where ``Q`` has ``H``, a multiple of ``G``: query head ``h`` reads KV head
-            ``h // (H // G)``, as in :func:`attnlib.gqa.grouped_query_attention`.
+            ``h // (H // G)``, as in :func:`attnlib.layers.gqa.grouped_query_attention`.
         check: validate the arguments first (the default); attnlib's own calls on tensors
             it made pass False.
 
@@ -141,7 +141,7 @@ def attention_weights(
         K: ``(..., N_KV, d_QK)`` keys.
         kernel: a name in :data:`KERNELS` or a callable ``f`` on the logits.
         mask: bool, broadcastable to ``(..., N_Q, N_KV)``; True = may attend.
-        causal: also apply :func:`attnlib.masks.causal_mask` (bottom-right aligned).
+        causal: also apply :func:`attnlib.core.masks.causal_mask` (bottom-right aligned).
         scale: multiplies the dot products; default ``1/sqrt(d_QK)``.
         check: validate the arguments first (the default); attnlib's own calls on tensors
             it made pass False.
@@ -187,7 +187,7 @@ def similarity(
         K: ``(..., N_KV, d_QK)`` keys.
         kernel: a name in :data:`KERNELS` or a callable ``f`` on the logits.
         mask: bool, broadcastable to ``(..., N_Q, N_KV)``; True = may attend.
-        causal: also apply :func:`attnlib.masks.causal_mask` (bottom-right aligned).
+        causal: also apply :func:`attnlib.core.masks.causal_mask` (bottom-right aligned).
         scale: multiplies the dot products; default ``1/sqrt(d_QK)``.
 
     Returns:

@@ -2,12 +2,12 @@
 
 Read top to bottom, like a model file: the feed-forward network, the block (one attention
 sublayer, an optional cross-attention sublayer and a feed-forward sublayer, each wrapped in
-a skip connection, with the norms of :mod:`attnlib.norms`), and :class:`TinyDecoder`, a
+a skip connection, with the norms of :mod:`attnlib.layers.norms`), and :class:`TinyDecoder`, a
 complete decoder-only language model small enough to run on a laptop. Math lives in plain
 functions (:func:`feed_forward`, :func:`swiglu`); the modules hold parameters and call
 them. Weights multiply from the right (``H = X @ W_1``), as in the rest of attnlib.
 
-A block's attention sublayer comes from :mod:`attnlib.variants`, a registry by name
+A block's attention sublayer comes from :mod:`attnlib.layers.variants`, a registry by name
 (``"gqa"``, ``"mla"``, ``"gated"``, ``"sliding"``, and any variant registered there), built
 with the options the caller gave for it. A module's ``forward`` checks its arguments once
 (``check=True``, the default); a block and a decoder check their own arguments, then call
@@ -33,11 +33,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-# The shipped variants register themselves when imported: "gqa" (attnlib.gqa), "mla",
+# The shipped variants register themselves when imported: "gqa" (attnlib.layers.gqa), "mla",
 # "gated" and "sliding"; a block can build any of them by name.
-import attnlib.gates
-import attnlib.mla
-import attnlib.sliding  # noqa: F401
+import attnlib.layers.gates
+import attnlib.layers.mla
+import attnlib.layers.sliding  # noqa: F401
 from attnlib._checks import (
     check_bool,
     check_choice,
@@ -50,14 +50,14 @@ from attnlib._checks import (
     check_tensor,
 )
 from attnlib._params import init_weight
-from attnlib.attention_layer import AttendFn, RopeFn
-from attnlib.cache import Cache
+from attnlib.core.masks import position_ids
+from attnlib.core.rope import RopeTables
 from attnlib.device import seeded
-from attnlib.gqa import GroupedQueryAttention
-from attnlib.masks import position_ids
-from attnlib.norms import LayerNorm, RMSNorm
-from attnlib.rope import RopeTables
-from attnlib.variants import ATTENTION
+from attnlib.layers.base import AttendFn, RopeFn
+from attnlib.layers.gqa import GroupedQueryAttention
+from attnlib.layers.norms import LayerNorm, RMSNorm
+from attnlib.layers.variants import ATTENTION
+from attnlib.serving.cache import Cache
 
 __all__ = [
     "FFN_KINDS",
@@ -280,9 +280,9 @@ class TransformerBlock(nn.Module):
     Llama) is a stack of decoder layers without cross-attention.
 
     Submodules: ``attn`` (built by the variant ``attention`` names in
-    :data:`attnlib.variants.ATTENTION`: :class:`~attnlib.gqa.GroupedQueryAttention` or
-    :class:`~attnlib.mla.MultiHeadLatentAttention`), ``cross_attn`` (a
-    :class:`~attnlib.gqa.GroupedQueryAttention` without RoPE, with ``G`` KV heads for
+    :data:`attnlib.layers.variants.ATTENTION`: :class:`~attnlib.layers.gqa.GroupedQueryAttention` or
+    :class:`~attnlib.layers.mla.MultiHeadLatentAttention`), ``cross_attn`` (a
+    :class:`~attnlib.layers.gqa.GroupedQueryAttention` without RoPE, with ``G`` KV heads for
     ``"gqa"`` and ``G = H`` for ``"mla"``; None without cross-attention), ``ffn``
     (:class:`FeedForward`), and the norms above (``cross_norm`` and ``cross_out_norm``
     are None without cross-attention).
@@ -296,7 +296,7 @@ class TransformerBlock(nn.Module):
         norm: placement, one of :data:`NORM_PLACEMENTS`.
         norm_kind: ``"rms"`` (:class:`RMSNorm`) or ``"layer"`` (:class:`LayerNorm`).
         attention: ``"gqa"``, ``"mla"``, ``"gated"``, ``"sliding"`` or another name in
-            :data:`attnlib.variants.ATTENTION`.
+            :data:`attnlib.layers.variants.ATTENTION`.
         rope_base: RoPE base, handed to the variant's builder. For ``"gqa"``, ``None``
             means no RoPE; for ``"mla"`` it is the base of the decoupled RoPE (``None``
             means 10,000) and matters only when ``d_rope > 0``.
@@ -388,14 +388,14 @@ class TransformerBlock(nn.Module):
             memory: ``(..., N_mem, d_model)`` encoder output, the keys and values of
                 cross-attention; required exactly when the block has ``cross_attn``.
             memory_mask: bool ``(..., N, N_mem)`` for cross-attention, e.g.
-                :func:`attnlib.masks.key_padding_mask` of the source lengths.
+                :func:`attnlib.core.masks.key_padding_mask` of the source lengths.
             positions: RoPE positions for self-attention (see the attention module).
-            cache: a :class:`~attnlib.cache.KVCache` (``"gqa"``),
-                :class:`~attnlib.cache.LatentCache` (``"mla"``), or what the variant's
+            cache: a :class:`~attnlib.serving.cache.KVCache` (``"gqa"``),
+                :class:`~attnlib.serving.cache.LatentCache` (``"mla"``), or what the variant's
                 ``new_cache`` makes, for self-attention. Cross-attention is recomputed from
                 ``memory`` on every call.
             rope: the rotation of the new tokens, when a decoder made it once for all its
-                layers (:meth:`attnlib.attention_layer.AttentionLayer.rope_tables`).
+                layers (:meth:`attnlib.layers.base.AttentionLayer.rope_tables`).
             check: validate the arguments first (the default); a decoder that checked its
                 own passes False.
 
@@ -513,7 +513,7 @@ class TinyDecoder(nn.Module):
     A batch of prompts of different lengths, padded on the left, runs with an
     ``attention_mask`` (Hugging Face's convention: True/1 = a real token): every layer hides
     the pads from every query, cached tokens included, and RoPE counts the real tokens only
-    (:func:`attnlib.masks.position_ids`), so each row computes what its prompt computes alone.
+    (:func:`attnlib.core.masks.position_ids`), so each row computes what its prompt computes alone.
 
     Args:
         vocab_size: number of token ids.
@@ -523,7 +523,7 @@ class TinyDecoder(nn.Module):
         d_head: head width; ``None`` means ``d_model // n_heads``.
         d_ff: feed-forward width; ``None`` means ``4 * d_model``.
         attention: ``"gqa"``, ``"mla"``, ``"gated"``, ``"sliding"`` or another name in
-            :data:`attnlib.variants.ATTENTION`.
+            :data:`attnlib.layers.variants.ATTENTION`.
         rope_base: RoPE base.
         norm: one of :data:`NORM_PLACEMENTS`.
         norm_kind: one of :data:`NORM_KINDS`.
@@ -597,9 +597,9 @@ class TinyDecoder(nn.Module):
 
         The copy holds copies of the weights and runs, caches and generates like this
         model, with the attend step (and the rotation) of every layer replaced; see
-        :meth:`attnlib.attention_layer.AttentionLayer.use` for what each function receives.
+        :meth:`attnlib.layers.base.AttentionLayer.use` for what each function receives.
         This model is not changed. With attnlib's own
-        :func:`~attnlib.gqa.grouped_query_attention` as ``attend``, the logits are the
+        :func:`~attnlib.layers.gqa.grouped_query_attention` as ``attend``, the logits are the
         original's, bit for bit.
 
         Args:
@@ -611,7 +611,7 @@ class TinyDecoder(nn.Module):
             A new :class:`TinyDecoder`.
 
         Example:
-            >>> from attnlib.gqa import grouped_query_attention
+            >>> from attnlib.layers.gqa import grouped_query_attention
             >>> model = TinyDecoder(vocab_size=20, d_model=16, n_layers=2, n_heads=2, seed=0)
             >>> ids = torch.tensor([[1, 2, 3]])
             >>> twin = model.with_attention(attend=grouped_query_attention)
@@ -659,7 +659,7 @@ class TinyDecoder(nn.Module):
                 per token of ``ids`` (``N_KV = N`` without caches). Each query then sees
                 the real keys at or before it (causal AND the key is real), and the
                 positions count real tokens only (``cumsum - 1``, pads at 0: see
-                :func:`attnlib.masks.position_ids`). The logits at a pad mean nothing.
+                :func:`attnlib.core.masks.position_ids`). The logits at a pad mean nothing.
                 Without caches every row needs a real token (with caches, a piece of a
                 padded prompt may hold only pads). ``None``: every token is real. Give it
                 on every call that continues a padded batch: the caches keep the pads'
@@ -717,7 +717,7 @@ class TinyDecoder(nn.Module):
         """Greedy decoding: append ``argmax`` of the last logits, ``max_new_tokens`` times.
 
         With ``do_sample=True`` each step draws the next token from the warped logits
-        instead (:func:`attnlib.sampling.sample`: ``temperature``, ``top_k``, ``top_p``,
+        instead (:func:`attnlib.serving.sampling.sample`: ``temperature``, ``top_k``, ``top_p``,
         ``min_p``, in Hugging Face's order), with ``generator`` for a reproducible draw.
 
         ``use_cache=True`` runs the prompt once (prefill), then feeds one token per step
@@ -737,9 +737,9 @@ class TinyDecoder(nn.Module):
                 real column. Row ``b`` then generates what its real tokens generate alone.
             caches: empty caches, one per layer, to decode with instead of the
                 preallocated ones (``use_cache=True`` only): a cache class of one's own,
-                for example, subclassing :class:`attnlib.cache.Cache`.
+                for example, subclassing :class:`attnlib.serving.cache.Cache`.
             do_sample: draw each token (True) instead of taking the argmax (the default).
-            temperature, top_k, top_p, min_p: the warpers of :func:`attnlib.sampling.warp`
+            temperature, top_k, top_p, min_p: the warpers of :func:`attnlib.serving.sampling.warp`
                 (``do_sample=True`` only; None is off).
             generator: a ``torch.Generator`` for the draws (None: the global one).
 
@@ -751,7 +751,7 @@ class TinyDecoder(nn.Module):
                    use_cache=use_cache)
         check_bool("do_sample", do_sample)
         if do_sample:
-            from attnlib.sampling import check_options, sample
+            from attnlib.serving.sampling import check_options, sample
             check_options(temperature, top_k, top_p, min_p, generator)
         if caches is None and use_cache:
             caches = self.new_caches(ids.shape[-1] + max_new_tokens)

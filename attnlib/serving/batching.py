@@ -13,13 +13,13 @@ whole batch before it. *Continuous* batching (Yu et al., Orca; vLLM) schedules p
                 a request with ``T_r`` tokens leaves, and its blocks go back to the pool.
 
 Prefill and decoding share the pass: the rows are left-padded to the longest chunk, each
-layer's :class:`~attnlib.paged.PagedKVCache` is told which real rows each sequence adds
-(:meth:`~attnlib.paged.PagedKVCache.select`), and the ``attention_mask`` of
-:func:`attnlib.paged.batch_mask` hides the pads, so the positions count each request's own
+layer's :class:`~attnlib.serving.paged.PagedKVCache` is told which real rows each sequence adds
+(:meth:`~attnlib.serving.paged.PagedKVCache.select`), and the ``attention_mask`` of
+:func:`attnlib.serving.paged.batch_mask` hides the pads, so the positions count each request's own
 tokens and each request computes what it computes alone (up to float rounding: the
 reductions run over padded widths).
 
-:func:`continuous_batching` runs it on a :class:`~attnlib.layers.TinyDecoder` (greedy) and
+:func:`continuous_batching` runs it on a :class:`~attnlib.layers.blocks.TinyDecoder` (greedy) and
 returns each request's tokens with the counts; :func:`static_batching_counts` counts the
 same requests under static batching, in closed form. The figure of merit is *tokens per
 forward pass*: real tokens (prompt and generated) processed per pass.
@@ -36,7 +36,7 @@ from typing import NamedTuple
 import torch
 
 from attnlib._checks import check_nonnegative_int, check_positive_int
-from attnlib.paged import PagedKVCache, batch_mask
+from attnlib.serving.paged import PagedKVCache, batch_mask
 
 __all__ = ["BatchCounts", "BatchResult", "Request", "continuous_batching", "static_batching_counts"]
 
@@ -94,7 +94,7 @@ def continuous_batching(model, requests: Sequence[Request], *, max_batch: int = 
     """Greedy generation for every request, scheduled continuously through paged caches.
 
     Args:
-        model: a :class:`~attnlib.layers.TinyDecoder` whose attention keeps ``K, V``.
+        model: a :class:`~attnlib.layers.blocks.TinyDecoder` whose attention keeps ``K, V``.
         requests: the :class:`Request` s, in arrival order (ties kept in list order).
         max_batch: the most requests running at once (rows of a pass).
         n_blocks, block_size: each layer's block pool.
@@ -106,7 +106,7 @@ def continuous_batching(model, requests: Sequence[Request], *, max_batch: int = 
         max_new_tokens_r)``'s new tokens.
 
     Example:
-        >>> from attnlib.layers import TinyDecoder
+        >>> from attnlib.layers.blocks import TinyDecoder
         >>> model = TinyDecoder(vocab_size=20, d_model=16, n_layers=2, n_heads=2, seed=0)
         >>> res = continuous_batching(model, [Request([1, 2, 3], 4), Request([5], 2, 1)])
         >>> res.counts

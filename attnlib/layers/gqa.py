@@ -15,7 +15,8 @@ and layer instead of ``2 * H * d_head``: sharing the keys and values is what sav
 Queries are never shared.
 
 :func:`gqa_from_mha` mean-pools the KV heads of a group, the initialisation of Ainslie et
-al. (2023) for turning an MHA checkpoint into GQA; :func:`attnlib.convert.from_hf_llama_attention`
+al. (2023) for turning an MHA checkpoint into GQA;
+:func:`attnlib.models.convert.from_hf_llama_attention`
 loads the weights of a Hugging Face ``LlamaAttention``.
 """
 
@@ -33,12 +34,12 @@ from attnlib._checks import (
     check_tensor,
 )
 from attnlib._params import init_weight
-from attnlib.attention_layer import AttentionLayer
-from attnlib.cache import KVCache, Rows, StaticKVCache
-from attnlib.core import attention
-from attnlib.heads import merge_heads, repeat_kv, split_heads
-from attnlib.rope import RopeScaling, RopeTables, check_rope_scaling
-from attnlib.variants import register_attention
+from attnlib.core.functional import attention
+from attnlib.core.heads import merge_heads, repeat_kv, split_heads
+from attnlib.core.rope import RopeScaling, RopeTables, check_rope_scaling
+from attnlib.layers.base import AttentionLayer
+from attnlib.layers.variants import register_attention
+from attnlib.serving.cache import KVCache, Rows, StaticKVCache
 
 __all__ = [
     "GroupedQueryAttention",
@@ -142,9 +143,9 @@ class GroupedQueryAttention(AttentionLayer):
         d_head: width of each head.
         d_out: output width; ``None`` means ``d_in``.
         rope_base: RoPE base for self-attention; ``None`` means no RoPE.
-        rope_interleaved: RoPE pairing, see :mod:`attnlib.rope`.
+        rope_interleaved: RoPE pairing, see :mod:`attnlib.core.rope`.
         rope_scaling: a frequency scaling of long-context checkpoints
-            (:class:`attnlib.rope.Llama3Scaling`, :class:`attnlib.rope.YarnScaling`), or
+            (:class:`attnlib.core.rope.Llama3Scaling`, :class:`attnlib.core.rope.YarnScaling`), or
             None; needs ``rope_base``.
         device: where the parameters live.
         dtype: their dtype.
@@ -154,7 +155,7 @@ class GroupedQueryAttention(AttentionLayer):
         >>> attn(torch.randn(3, 10, 32), causal=True).shape
         torch.Size([3, 10, 32])
 
-    Its ``forward`` is :meth:`attnlib.attention_layer.AttentionLayer.forward`: project,
+    Its ``forward`` is :meth:`attnlib.layers.base.AttentionLayer.forward`: project,
     rotate, append to the cache, attend, combine; the steps are the methods below.
 
     Lesson: 03_multi_head_attention (G = H), 06_gqa.
@@ -227,7 +228,8 @@ class GroupedQueryAttention(AttentionLayer):
 
     def new_cache(self, max_tokens: int | None = None) -> KVCache:
         """An empty cache for this layer: a :class:`KVCache`, or with ``max_tokens`` a
-        :class:`~attnlib.cache.StaticKVCache` that holds that many tokens without copying."""
+        :class:`~attnlib.serving.cache.StaticKVCache` that holds that many tokens without
+        copying."""
         return KVCache() if max_tokens is None else StaticKVCache(max_tokens)
 
     def cache_rows(self, batch: tuple[int, ...], n: int) -> tuple[Rows, Rows]:

@@ -21,9 +21,9 @@ import math
 import torch
 from torch import nn
 
-from attnlib.gqa import GroupedQueryAttention
-from attnlib.mla import MultiHeadLatentAttention
-from attnlib.rope import Llama3Scaling, YarnScaling
+from attnlib.core.rope import Llama3Scaling, YarnScaling
+from attnlib.layers.gqa import GroupedQueryAttention
+from attnlib.layers.mla import MultiHeadLatentAttention
 
 __all__ = ["from_hf_llama_attention", "mla_from_deepseek"]
 
@@ -37,7 +37,7 @@ def from_hf_llama_attention(hf_attention: nn.Module) -> GroupedQueryAttention:
     ``hf_attention.config`` (``num_attention_heads``, ``num_key_value_heads``,
     ``rope_parameters["rope_theta"]`` or ``rope_theta``), and so does the frequency
     scaling of long-context checkpoints (``rope_parameters["rope_type"]``: ``"llama3"``,
-    Llama 3.1's, or ``"yarn"``; see :mod:`attnlib.rope`). Hugging Face's Llama rotates the
+    Llama 3.1's, or ``"yarn"``; see :mod:`attnlib.core.rope`). Hugging Face's Llama rotates the
     half-split pairs ``(i, i + d_head/2)``, attnlib's default. Nothing here imports
     ``transformers``: any module with these attributes loads.
 
@@ -112,7 +112,7 @@ def mla_from_deepseek(attn: nn.Module) -> MultiHeadLatentAttention:
     ``transformers``). The copy is ``latent_norm=True`` with the source's RoPE base,
     pairing (``config.rope_interleave``) and frequency scaling: the released DeepSeek-V2
     and V3 checkpoints use YaRN (``rope_type="yarn"``, factor 40), which becomes a
-    :class:`attnlib.rope.YarnScaling`, with DeepSeek's softmax scale
+    :class:`attnlib.core.rope.YarnScaling`, with DeepSeek's softmax scale
     ``mscale(factor, mscale_all_dim)^2 / sqrt(d_head + d_R)`` (the source's ``scaling``).
 
     Args:
@@ -195,7 +195,7 @@ def _rope_scaling(config: object) -> Llama3Scaling | YarnScaling | None:
         )
     raise ValueError(
         "config.rope_parameters must have rope_type 'default', 'llama3' or 'yarn' (the "
-        f"scalings attnlib.rope reads); got {kind!r}"
+        f"scalings attnlib.core.rope reads); got {kind!r}"
     )
 
 

@@ -10,11 +10,11 @@ and ``Y = Z^-1 A V`` as everywhere else. A layer of ``L`` stacked window layers 
 ``L (w - 1)`` tokens back, through the residual stream. The point of the window is the
 cache: no later query reads a key more than ``w - 1`` positions behind it, so
 :class:`WindowCache` keeps the keys and values of the last ``w`` tokens only, and its size
-stops growing at ``2 G d_head w`` numbers per layer (:meth:`attnlib.memory.ModelSpec.
+stops growing at ``2 G d_head w`` numbers per layer (:meth:`attnlib.analysis.memory.ModelSpec.
 windowed_cache_bytes` counts it for Gemma 3).
 
 :class:`SlidingWindowAttention` is grouped-query attention whose attend step adds the window
-to the mask (:func:`attnlib.masks.sliding_window_mask`) and whose cache is a
+to the mask (:func:`attnlib.core.masks.sliding_window_mask`) and whose cache is a
 :class:`WindowCache`; it is registered as ``attention="sliding"``, so
 ``TinyDecoder(..., attention="sliding", window=32)`` uses it in every block.
 
@@ -26,72 +26,27 @@ from __future__ import annotations
 import torch
 
 from attnlib._checks import check_positive_int
-from attnlib.cache import KVCache
-from attnlib.gqa import GroupedQueryAttention
-from attnlib.masks import sliding_window_mask
-from attnlib.variants import register_attention
+from attnlib.core.masks import sliding_window_mask
+from attnlib.layers.gqa import GroupedQueryAttention
+from attnlib.layers.variants import register_attention
+from attnlib.serving.cache import WindowCache
 
+# WindowCache lives with the other caches; it is named here too, beside the layer that uses it.
 __all__ = ["SlidingWindowAttention", "WindowCache"]
-
-
-class WindowCache(KVCache):
-    """A :class:`~attnlib.cache.KVCache` holding the keys and values of the last ``window`` tokens.
-
-    :meth:`append` returns the held tokens followed by the new ones (the new queries need
-    the ``window - 1`` keys before them), then keeps the last ``window`` of them.
-    :attr:`n_tokens` counts every token seen, so positions continue; :attr:`n_held` is how
-    many rows are kept, at most ``window``.
-
-    Args:
-        window: how many of the most recent tokens to keep (>= 1).
-        max_tokens: accepted for the protocol of ``new_cache(max_tokens)`` and ignored: the
-            cache never holds more than ``window`` tokens.
-
-    Example:
-        >>> cache = WindowCache(window=4)
-        >>> for _ in range(6):
-        ...     K, V = cache.append(torch.zeros(1, 2, 1, 8), torch.zeros(1, 2, 1, 8))
-        >>> cache.n_tokens, cache.n_held, K.shape[-2]
-        (6, 4, 5)
-
-    Lesson: 05_kv_cache.
-    """
-
-    def __init__(self, window: int, max_tokens: int | None = None) -> None:
-        super().__init__()
-        self.window = check_positive_int("window", window)
-
-    @property
-    def n_held(self) -> int:
-        """How many tokens' keys and values are kept (at most ``window``)."""
-        K = self._held["K"]
-        return 0 if K is None else K.shape[-2]
-
-    def append(self, K: torch.Tensor, V: torch.Tensor, *,
-               check: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-        """Return the held keys and values followed by the new ones; keep the last ``window``."""
-        K_all, V_all = super().append(K, V, check=check)  # (..., G, n_held + N_new, d)
-        self._held["K"] = K_all[..., -self.window :, :]  # the oldest rows drop out
-        self._held["V"] = V_all[..., -self.window :, :]
-        return K_all, V_all
-
-    def __repr__(self) -> str:
-        return (f"WindowCache(window={self.window}, n_tokens={self.n_tokens}, "
-                f"n_held={self.n_held}, nbytes={self.nbytes})")
 
 
 class SlidingWindowAttention(GroupedQueryAttention):
     """Grouped-query attention over a causal window of ``window`` tokens.
 
     Every step but :meth:`attend` is GQA's; :meth:`attend` adds
-    :func:`~attnlib.masks.sliding_window_mask` to the mask (bottom-right aligned, so with
+    :func:`~attnlib.core.masks.sliding_window_mask` to the mask (bottom-right aligned, so with
     a cache the new queries sit at the end of the keys the cache returns). The window is
     causal: query ``p`` reads keys ``p - window < j <= p`` whether or not ``causal`` is
     passed. :meth:`new_cache` makes a :class:`WindowCache`.
 
     Args:
         d_in, n_heads, n_kv_heads, d_head, d_out: as for
-            :class:`~attnlib.gqa.GroupedQueryAttention`.
+            :class:`~attnlib.layers.gqa.GroupedQueryAttention`.
         window: how many of the most recent positions each query reads, itself included.
         **kw: GQA's keyword arguments (``rope_base``, ``device``, ``dtype``, ...).
 

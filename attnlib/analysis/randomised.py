@@ -25,7 +25,7 @@ moved to the inputs' device), so a seed fixes the result on any machine.
 * **Cost**: :func:`multiply_adds` counts one call of each estimator, and
   :func:`randomised_svd_multiply_adds` the matrix products of the randomised SVD.
 
-Chapter 09's random features (:mod:`attnlib.approx`) are the same idea applied to the
+Chapter 09's random features (:mod:`attnlib.analysis.approx`) are the same idea applied to the
 kernel; the lesson revisits them in this chapter's language.
 
 Lesson: 10_randomised_attention.
@@ -49,9 +49,9 @@ from attnlib._checks import (
     check_shape,
     check_tensor,
 )
-from attnlib.approx import gaussian_features
-from attnlib.gqa import GroupedQueryAttention
-from attnlib.mla import MultiHeadLatentAttention, mla_from_mha
+from attnlib.analysis.approx import gaussian_features
+from attnlib.layers.gqa import GroupedQueryAttention
+from attnlib.layers.mla import MultiHeadLatentAttention, mla_from_mha
 
 __all__ = [
     "ESTIMATORS",
@@ -489,7 +489,7 @@ def gaussian_sketch(
     Returns:
         ``(d, r)``.
 
-    Equivalent to ``attnlib.approx.gaussian_features(d, r) / sqrt(r)``.
+    Equivalent to ``attnlib.analysis.approx.gaussian_features(d, r) / sqrt(r)``.
 
     Example:
         >>> Omega = gaussian_sketch(3, 100_000, generator=torch.Generator().manual_seed(0))

@@ -14,7 +14,7 @@ as the paper writes it::
 MLA. A subclass replaces only the step it changes: gated attention its ``combine``,
 sliding-window attention its ``attend`` and its cache. A reader replaces a step of every
 layer of a model without subclassing: :meth:`AttentionLayer.use` installs a function as
-the attend step or the rotation, and :meth:`attnlib.layers.TinyDecoder.with_attention`
+the attend step or the rotation, and :meth:`attnlib.layers.blocks.TinyDecoder.with_attention`
 does it for a whole model.
 
 Checks: ``forward(..., check=True)`` validates its arguments once, with :meth:`check`,
@@ -33,10 +33,10 @@ import torch
 from torch import nn
 
 from attnlib._checks import check_attention_call, check_choice, check_input
-from attnlib.cache import Cache, Rows
-from attnlib.core import IMPLS
+from attnlib.core.functional import IMPLS
+from attnlib.core.rope import RopeScaling, RopeTables, rope_rotate, rope_tables
 from attnlib.device import work_dtype
-from attnlib.rope import RopeScaling, RopeTables, rope_rotate, rope_tables
+from attnlib.serving.cache import Cache, Rows
 
 __all__ = ["AttendFn", "AttentionLayer", "RopeFn"]
 
@@ -54,7 +54,7 @@ class AttentionLayer(nn.Module):
     A subclass sets the sizes and parameters, the RoPE settings (``rope_dim``, the width
     RoPE rotates, 0 for none; ``rope_base``, ``rope_interleaved``, ``rope_scaling``) and
     ``cache_type``, and implements :meth:`project`, :meth:`rotate`, :meth:`attend` and
-    :meth:`combine` (the GQA family's are in :class:`attnlib.gqa.GroupedQueryAttention`),
+    :meth:`combine` (the GQA family's are in :class:`attnlib.layers.gqa.GroupedQueryAttention`),
     :meth:`cache_rows` and, for its own arguments, :meth:`check`.
 
     Attributes:
@@ -94,7 +94,7 @@ class AttentionLayer(nn.Module):
             causal: bottom-right aligned causal mask (with a cache: each new token sees
                 every cached token and the new ones up to itself).
             mask: bool, broadcastable to ``(..., N_Q, N_KV)`` and shared by every head,
-                e.g. :func:`attnlib.masks.key_padding_mask`; True = may attend.
+                e.g. :func:`attnlib.core.masks.key_padding_mask`; True = may attend.
             positions: RoPE positions, ``(N_Q,)`` or ``(B, N_Q)``; ``None`` means
                 ``0 .. N_Q - 1`` continuing from ``cache.n_tokens``.
             cache: a cache of the layer's kind (:meth:`new_cache`) to append to and attend
@@ -186,7 +186,7 @@ class AttentionLayer(nn.Module):
         ``(..., H, N_Q, d)`` and every held key and value ``(..., G, N_KV, d)`` (``G = H``
         for multi-head attention, and for MLA, whose per-head keys are built from the
         latent first), ``mask`` broadcastable to ``(..., H, N_Q, N_KV)`` or None, and
-        returns ``(..., H, N_Q, d_v)``; :func:`attnlib.gqa.grouped_query_attention` has this
+        returns ``(..., H, N_Q, d_v)``; :func:`attnlib.layers.gqa.grouped_query_attention` has this
         signature. A layer whose logit scale is not ``1/sqrt(d)`` (MLA with YaRN) passes
         ``scale=`` as well. ``rope(X, positions, *, base)`` rotates ``X (..., heads, N, d)``
         at integer ``positions`` (``(N,)`` or ``(B, 1, N)``), as :func:`attnlib.apply_rope`
@@ -211,14 +211,14 @@ class AttentionLayer(nn.Module):
         return self.cache_type(max_tokens)
 
     def cache_rows(self, batch: tuple[int, ...], n: int) -> tuple[Rows | None, ...]:
-        """The :class:`~attnlib.cache.Rows` that ``n`` new tokens add to the cache."""
+        """The :class:`~attnlib.serving.cache.Rows` that ``n`` new tokens add to the cache."""
         raise NotImplementedError(f"{type(self).__name__} must implement cache_rows")
 
     def check_cache(self, cache: object, batch: tuple[int, ...], n: int, *,
                     name: str = "cache") -> None:
         """``cache`` is a cache of this layer's kind that takes ``n`` new tokens.
 
-        attnlib's caches name what they hold (:attr:`~attnlib.cache.Cache.fields`) and must
+        attnlib's caches name what they hold (:attr:`~attnlib.serving.cache.Cache.fields`) and must
         be of :attr:`cache_type`'s kind; a cache of one's own, any object with ``append(*new)``
         returning everything held and ``n_tokens``, is taken as it is and called as
         ``cache.append(K, V)``.

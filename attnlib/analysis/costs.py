@@ -1,7 +1,7 @@
 """What decoding costs: multiply-adds per pass, per generation and per MLA decoding path.
 
 Counting the work of a forward pass is integer arithmetic on the model's shape, like the
-byte counts of :mod:`attnlib.memory` beside it:
+byte counts of :mod:`attnlib.analysis.memory` beside it:
 
 - :func:`decode_step_macs` counts the multiply-adds of the matrix products of one decoder
   pass, and :func:`generation_macs` those of every pass of a greedy generation, with and
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from attnlib._checks import check_bool, check_choice, check_nonnegative_int, check_positive_int
-from attnlib.memory import ModelSpec
+from attnlib.analysis.memory import ModelSpec
 
 __all__ = [
     "DECODE_PATHS",
@@ -177,7 +177,8 @@ def mla_decode_cost(
     for every path (the absorbed path applies the factors, it does not merge them).
 
     Args:
-        spec: an MLA model (``spec.d_latent`` set), e.g. :data:`attnlib.memory.DEEPSEEK_V2`.
+        spec: an MLA model (``spec.d_latent`` set), e.g.
+            :data:`attnlib.analysis.memory.DEEPSEEK_V2`.
         n_ctx: ``n >= 1``, the keys the new token attends to, itself included.
         path: one of :data:`DECODE_PATHS`.
         bytes_per_elem: ``b``, bytes per stored number (2 for bf16).
@@ -189,7 +190,7 @@ def mla_decode_cost(
         to ``n``) and ``"macs"`` (their sum).
 
     Example:
-        >>> from attnlib.memory import DEEPSEEK_V2
+        >>> from attnlib.analysis.memory import DEEPSEEK_V2
         >>> a = mla_decode_cost(DEEPSEEK_V2, 4096, path="absorbed")
         >>> e = mla_decode_cost(DEEPSEEK_V2, 4096, path="expanded")
         >>> e["cache_bytes"] // a["cache_bytes"], a["cache_values_per_token"]
@@ -268,7 +269,8 @@ def fit_exponent(x: Sequence[float], y: Sequence[float]) -> float:
 
 def _check_cost(spec: object, n_ctx: object, path: object, bytes_per_elem: object) -> None:
     if not isinstance(spec, ModelSpec):
-        raise TypeError(f"spec must be an attnlib.memory.ModelSpec; got {type(spec).__name__}")
+        raise TypeError("spec must be an attnlib.analysis.memory.ModelSpec; "
+                        f"got {type(spec).__name__}")
     if spec.d_latent is None:
         raise ValueError(
             f"spec must describe an MLA model (d_latent set); {spec.name!r} has d_latent=None"

@@ -18,8 +18,8 @@ import math
 import torch
 
 from attnlib._checks import check_bool, check_optional_positive_float, check_positive_int, check_qkv
+from attnlib.core.masks import query_positions
 from attnlib.device import work_dtype
-from attnlib.masks import query_positions
 
 __all__ = ["tiled_attention"]
 
@@ -40,7 +40,7 @@ def tiled_attention(
         K: ``(..., N_KV, d_QK)`` keys.
         V: ``(..., N_KV, d_V)`` values.
         block_size: keys per block (>= 1).
-        causal: bottom-right aligned causal mask, as :func:`attnlib.masks.causal_mask`.
+        causal: bottom-right aligned causal mask, as :func:`attnlib.core.masks.causal_mask`.
         scale: default ``1/sqrt(d_QK)``.
 
     Returns:
