@@ -86,3 +86,22 @@ def test_bad_input_names_the_argument(call, error, fragments):
         call()
     for fragment in fragments:
         assert fragment in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_rms_norm_module_computes_the_function(dtype):
+    """RMSNorm calls PyTorch's one-call rms_norm where it can: the same numbers as the
+    formula of :func:`rms_norm` (bit for bit on the CPU), and the formula elsewhere."""
+    g = torch.Generator().manual_seed(0)
+    for d in (16, 129):
+        norm = RMSNorm(d, eps=1e-6, dtype=dtype)
+        with torch.no_grad():
+            norm.g.copy_(torch.randn(d, generator=g, dtype=dtype))
+        x = 3 * torch.randn(2, 7, d, generator=g, dtype=dtype)
+        expected = rms_norm(x, norm.g, 1e-6)
+        if x.device.type == "cpu":
+            assert torch.equal(norm(x), expected)
+        torch.testing.assert_close(norm(x), expected)
+    half = RMSNorm(16, dtype=torch.bfloat16)
+    xh = torch.randn(3, 16, generator=g).to(torch.bfloat16)
+    assert torch.equal(half(xh), rms_norm(xh, half.g, half.eps))

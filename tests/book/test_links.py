@@ -11,7 +11,7 @@
   is that lesson's.
 - In a lesson, the first mention in the prose of an attnlib module, function or class
   (``attnlib.attention``, ``attnlib.analysis.memory``, ``attnlib.KVCache.update``) is a link to its
-  entry on the API page: ``[`attnlib.attention`](#attnlib.core.attention)``, the target
+  entry on the API page: ``[`attnlib.attention`](#attnlib.core.functional.attention)``, the target
   being the name where the object is defined (``#`` + module + qualified name), which is
   what the API page documents. Later mentions may stay plain.
 - Every term of the glossary links to a lesson that explains it.
