@@ -5,6 +5,7 @@
 - ``pretrained``  the trained models shipped in ``models/weights``, GQA/MLA conversions
 - ``probes``      attention maps, head scores and ablations of a trained model (01, 03, 09)
 - ``convert``     weights from Hugging Face's Llama and DeepSeek attention      (06, 07)
+- ``assemble``    a whole decoder run from the reader's own pieces               (14)
 
 The submodules load on first use (``attnlib.models.pretrained.load("book")`` works after
 ``import attnlib``), so that ``import attnlib`` does not read the training code.
@@ -12,7 +13,7 @@ The submodules load on first use (``attnlib.models.pretrained.load("book")`` wor
 
 import importlib
 
-_SUBMODULES = ("tasks", "train", "pretrained", "probes", "convert")
+_SUBMODULES = ("tasks", "train", "pretrained", "probes", "convert", "assemble")
 
 
 def __getattr__(name: str):
