@@ -82,7 +82,7 @@ def _repeat_kv() -> Implementation:
     K = _f64(2, 2, 5, 4, seed=5)
     return Implementation(
         "a function repeat_kv(K, H) returning (..., H, N, d)", _ref.repeat_kv,
-        [function_case("K (2, 2, 5, 4), H = 6", {"K": K}, n_heads=6)],
+        [function_case("K (2, 2, 5, 4), H = 6", {"K": K, "H": 6})],
         (Mistake(lambda K, n_heads: K.repeat(1, n_heads // K.shape[-3], 1, 1),
                  "the heads of one group are neighbours: head h reads KV head h // (H / G), so "
                  "use repeat_interleave; repeat tiles the groups (h % G)."),
