@@ -11,10 +11,10 @@ from test_exercises_14 import (
     attend,
     embed,
     feed_forward,
+    repeat_kv,
     rms_norm,
     rope,
     sample,
-    repeat_kv,
 )
 
 import attnlib
