@@ -37,7 +37,7 @@ tokens takes at most 1.5 times the median over the first 128, while the context 
 from about 70 to about 970 tokens (about 14 times); without a cache it grows with it.
 The targets (``TARGETS``, judged on full sizes only): ``attention(impl="auto")`` at most
 1.3 times SDPA at N = 2,048; the cache at least 10 times faster over 1,024 new tokens; the
-flat step above; attnlib's TinyDecoder at most 0.6 times Hugging Face's DynamicCache loop
+flat step above; attnlib's TinyDecoder at most 0.4 times Hugging Face's DynamicCache loop
 per token; tiled attention at least 20 times less peak memory at N = 16,384; a decode step
 copying at N = 8,192 no more bytes than at N = 4,096, for every G; absorbed MLA with
 ``impl="auto"`` at most 1.1 times its ``impl="explicit"`` (so never more than 1.1 times the
@@ -103,7 +103,7 @@ TARGETS = {
     "attention_auto_over_sdpa": {"N": 2048, "max": 1.3},
     "decode_speedup": {"new_tokens": 1024, "min": 10.0},
     "cached_step_flat": {"new_tokens": 1024, "window": 128, "max": 1.5},
-    "attnlib_over_hf": {"new_tokens": 512, "max": 0.6},
+    "attnlib_over_hf": {"new_tokens": 512, "max": 0.4},
     "memory_ratio": {"N": 16384, "min": 20.0},
     "step_copies": {"N": 8192, "max": 1.0},
     "mla_auto": {"N": 4096, "max": 1.1},
