@@ -19,9 +19,12 @@ PORT ?= 8000
 # The PDF edition, beside the site; the file name is _config.yml's offline_site_pdf, which
 # the site's download menu and the intro page link.
 PDF := $(HTML)/attention-book.pdf
-# The browser that prints the PDF and drives the browser tests (Debian's chromium by default;
-# CHROMIUM=/path names another). make test and make pdf check for it before anything runs.
-CHROMIUM ?= /usr/bin/chromium
+# The browser that prints the PDF and drives the browser tests: Debian's chromium, else the
+# first chromium, chromium-browser (Ubuntu's snap) or google-chrome on PATH; CHROMIUM=/path
+# names another. make test and make pdf check for it before anything runs.
+BROWSER_NAMES := chromium chromium-browser google-chrome google-chrome-stable
+CHROMIUM ?= $(or $(wildcard /usr/bin/chromium),$(firstword $(foreach name,$(BROWSER_NAMES),\
+  $(shell command -v $(name) 2>/dev/null))),/usr/bin/chromium)
 export CHROMIUM
 # Inside make test, which has run check-browser already, test-book skips it: a phony
 # prerequisite would hold test-book back while make -j starts the parts listed after it.
@@ -39,7 +42,7 @@ NBVAL := -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval
   -n auto --dist loadfile
 
 .PHONY: help book pdf serve lab execute models test test-lib test-nbval test-book \
-  test-standalone test-browser check-browser clean distclean
+  test-standalone test-browser check-browser doctor clean distclean
 
 help:
 	@echo "make book       build the static site into $(HTML)"
@@ -52,6 +55,7 @@ help:
 	@echo "make test-lib   the fast part: ruff, pytest (no site checks), doctests"
 	@echo "                 (the other parts of make test: test-nbval, test-book, test-standalone,"
 	@echo "                 test-browser, which needs test-book's site and PDF)"
+	@echo "make doctor     which system packages are missing (FIX=1 installs them, with sudo)"
 	@echo "make clean      remove $(BUILD) and caches (distclean: also .venv and node_modules)"
 
 $(VENV_STAMP): requirements.txt pyproject.toml
@@ -78,13 +82,18 @@ book: $(VENV_STAMP) $(NPM_STAMP)
 	  exit $$status; \
 	fi
 
+# The system packages (.ci/prerequisites): what is there and what is missing; FIX=1 installs
+# only the missing ones, through sudo when not root.
+doctor:
+	@.ci/prerequisites $(if $(FIX),--install)
+
 # Fails at once, with what to install, when the browser the PDF and the site checks need is
 # missing (rather than ten minutes into make test).
 check-browser:
 	@if [ ! -x "$(CHROMIUM)" ]; then \
 	  echo "make: no Chromium at $(CHROMIUM). make pdf and make test print the PDF and check the"; \
-	  echo "site in it: install Debian's chromium and its fonts"; \
-	  echo "  (sudo apt-get install chromium fonts-dejavu-core), or name another with CHROMIUM=/path."; \
+	  echo "site in it: make doctor says what to install (make doctor FIX=1 installs it),"; \
+	  echo "or name another browser with CHROMIUM=/path."; \
 	  echo "make book and make serve do not need it."; \
 	  exit 1; \
 	fi

@@ -162,6 +162,34 @@ def test_twin_offers_combinations_of_several_parameters_on_one_slider():
         assert list(trace.x) == list(range(n)) and list(trace.y) == [slope * i for i in range(n)]
 
 
+def test_twin_shows_values_by_the_short_names_given():
+    """texts: the slider's labels and the site's controls show a long value by its short
+    name; the values themselves, and the other parameters' labels, are unchanged."""
+    def title(prompt: str, n: int = 3) -> go.Figure:
+        return go.Figure(go.Scatter(x=list(range(n)), y=[len(prompt)] * n))
+
+    combos = [("The attention weig", 3), ("Each query reads the ke", 3), ("The attention weig", 6)]
+    names = {"The attention weig": "attention", "Each query reads the ke": "query"}
+    fig = viz.twin(title, ("prompt", "n"), combos, texts={"prompt": names})
+    assert [s.label for s in fig.layout.sliders[0].steps] == [
+        "attention, 3", "query, 3", "attention, 6"]
+    prompt, n = fig.layout.meta["twin"]["params"]
+    assert prompt["values"] == ["The attention weig", "Each query reads the ke"]
+    assert prompt["text"] == ["attention", "query"] and n["text"] == ["3", "6"]
+    # a value without a short name is written as the prose writes it
+    fig = viz.twin(title, ("prompt", "n"), [*combos, ("softmax", 3)], texts={"prompt": names})
+    assert fig.layout.meta["twin"]["params"][0]["text"] == ["attention", "query", "softmax"]
+    with pytest.raises(ValueError, match=re.escape("texts names ['m'], which param does not")):
+        viz.twin(title, ("prompt", "n"), combos, texts={"m": {}})
+
+
+def test_walk_prompts_have_whole_word_names():
+    from attnlib.viz import walk
+    assert set(walk.PROMPT_NAMES) == set(walk.PROMPTS)
+    for prompt, name in walk.PROMPT_NAMES.items():
+        assert re.fullmatch(r"[a-z]+", name) and re.search(rf"\b{name}\b", prompt, re.I)
+
+
 @pytest.mark.parametrize(
     ("value", "text"),
     [(131072, "131,072"), (10000.0, "10,000"), (500_000.0, "500,000"), (4096, "4096"),

@@ -56,6 +56,7 @@ def twin(
     *,
     active: int = 0,
     labels: Mapping[str, str] | None = None,
+    texts: Mapping[str, Mapping[object, str]] | None = None,
     **fixed,
 ) -> go.Figure:
     """The kernel-free twin of an explorer: ``figure_fn`` precomputed over ``values``.
@@ -79,6 +80,10 @@ def twin(
         active: index of the step shown first.
         labels: display names of parameters for the slider caption, e.g.
             ``{"vocab_size": "N_T"}``.
+        texts: per parameter, the short name each value is shown by (on the slider and the
+            site's controls), e.g. ``{"prompt": {"The attention weig": "attention"}}``, for
+            values too long to show whole; other values are written by
+            :func:`format_value`.
         **fixed: the other parameters of ``figure_fn``, the same for every step.
 
     Returns:
@@ -114,6 +119,13 @@ def twin(
     if clash:
         raise ValueError(f"{clash} appear both in param and as fixed values; give each once")
     _check_parameters(figure_fn, [*names, *fixed])
+    texts = {name: dict(given) for name, given in (texts or {}).items()}
+    unknown = sorted(set(texts) - set(names))
+    if unknown:
+        raise ValueError(f"texts names {unknown}, which param does not move; param={names}")
+
+    def text(name: str, value: object) -> str:
+        return texts.get(name, {}).get(value) or format_value(value)
 
     combos = [tuple(v) if len(names) > 1 else (v,) for v in values]
     figures = [_call(figure_fn, {**fixed, **dict(zip(names, c, strict=True))}) for c in combos]
@@ -143,7 +155,7 @@ def twin(
             layout["margin"] = {**layouts[k].get("margin", {}), **rooms[k]["margin"]}
         steps.append({
             "method": "update",
-            "label": ", ".join(format_value(v) for v in combos[k]),
+            "label": ", ".join(text(n, v) for n, v in zip(names, combos[k], strict=True)),
             "args": [{"visible": visible}, layout],
         })
     caption = ", ".join((labels or {}).get(n, n) for n in names)
@@ -156,7 +168,7 @@ def twin(
     room = dict(rooms[active])
     slider.update(room.pop("slider", {}))
     meta = dict(layouts[active].get("meta") or {})
-    meta["twin"] = _twin_meta(names, labels or {}, combos, spans, active, layouts)
+    meta["twin"] = _twin_meta(names, labels or {}, combos, spans, active, layouts, text)
     fig.update_layout(sliders=[slider], meta=meta, **room)
     return fig
 
@@ -264,15 +276,17 @@ def _twin_meta(
     spans: Sequence[tuple[int, int]],
     active: int,
     layouts: Sequence[dict],
+    text: Callable[[str, object], str] = lambda name, value: format_value(value),
 ) -> dict:
     """What the site needs to give each parameter its own control.
 
     ``params``: per parameter, its name, display label, distinct values (numbers ascending,
     others in order of appearance) and their labels as the prose writes them
-    (:func:`format_value`). ``steps``: per step, the index of its value in each parameter's
-    list, so the site can tell which combinations exist. ``traces``: the range of
-    ``fig.data`` each step draws. ``size``: each step's own height and margin, without the
-    room plotly's slider takes (the site draws its controls outside the figure).
+    (:func:`format_value`, or the short names twin's ``texts`` gives). ``steps``: per step,
+    the index of its value in each parameter's list, so the site can tell which combinations
+    exist. ``traces``: the range of ``fig.data`` each step draws. ``size``: each step's own
+    height and margin, without the room plotly's slider takes (the site draws its controls
+    outside the figure).
     """
     columns = [_distinct([c[i] for c in combos]) for i in range(len(names))]
     params = [
@@ -280,7 +294,7 @@ def _twin_meta(
             "name": name,
             "label": labels.get(name, name),
             "values": [v if isinstance(v, (bool, int, float, str)) else str(v) for v in column],
-            "text": [format_value(v) for v in column],
+            "text": [text(name, v) for v in column],
         }
         for name, column in zip(names, columns, strict=True)
     ]

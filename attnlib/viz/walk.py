@@ -41,6 +41,7 @@ from attnlib.viz.style import COLORS, HEIGHT, OKABE_ITO, rounded, style
 __all__ = [
     "CONVERSIONS",
     "PROMPTS",
+    "PROMPT_NAMES",
     "STEPS",
     "Trace",
     "attention_figure",
@@ -57,6 +58,10 @@ __all__ = [
 
 PROMPTS: tuple[str, ...] = ("The attention weig", "Each query reads the ke", "softmax of the lo")
 """The prompts the page's twins are precomputed for; the live explorer takes any text."""
+
+PROMPT_NAMES: dict[str, str] = dict(zip(PROMPTS, ("attention", "query", "softmax"), strict=True))
+"""Each prompt's short name, a whole word, as the twins' controls show it
+(``attnlib.viz.twin(..., texts={"prompt": PROMPT_NAMES})``): the prompts end mid-word."""
 
 STEPS: tuple[int, ...] = (0, 1, 2)
 """Decoding steps of the stream twin: 0 reads the prompt, ``k`` the ``k``-th written character."""

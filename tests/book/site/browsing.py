@@ -1,7 +1,9 @@
 """What the browser checks share: the browser, the pages of the build, and the scripts that
 wait for a page to settle and read what its figures show.
 
-The site is read in Debian's chromium (or the browser named by ``CHROMIUM``), driven by
+The site is read in Debian's chromium (else the first chromium, chromium-browser or
+google-chrome on PATH, as the Makefile and .ci/prerequisites find it; ``CHROMIUM`` names
+another), driven by
 Playwright; Playwright's own browser download is not used.
 """
 
@@ -9,12 +11,26 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from playwright.sync_api import ConsoleMessage, Locator, Page, Request
 
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+BROWSER_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+def find_browser() -> str:
+    """CHROMIUM if set, else Debian's /usr/bin/chromium, else the first browser on PATH."""
+    if os.environ.get("CHROMIUM"):
+        return os.environ["CHROMIUM"]
+    if Path("/usr/bin/chromium").is_file():
+        return "/usr/bin/chromium"
+    found = (shutil.which(name) for name in BROWSER_NAMES)
+    return next((path for path in found if path), "/usr/bin/chromium")
+
+
+CHROMIUM = find_browser()
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",

@@ -14,7 +14,7 @@ from playwright.sync_api import Browser, Page, sync_playwright
 @pytest.fixture(scope="session")
 def browser() -> Iterator[Browser]:
     if not Path(CHROMIUM).is_file():
-        pytest.fail(f"no browser at {CHROMIUM}: install Debian's chromium (see .ci/run)")
+        pytest.fail(f"no browser at {CHROMIUM}: make doctor says what to install")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:

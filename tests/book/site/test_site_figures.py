@@ -3,7 +3,8 @@ control per parameter of a twin, and the page's colours.
 
 Every figure of every page of the table of contents is measured at a phone's width (390 px),
 at every step of a twin, and at desktop width (1280 px), at its default step (the narrow
-width is where a step's longer title or labels run out of room first): no text of the
+width is where a step's longer title or labels run out of room first), each in the light
+and the dark colour scheme (the site's figures restyle for dark): no text of the
 drawing reaches past the figure's box, no two texts overlap, and no legend or boxed
 annotation lies over the data (book/_ext/static/figure-layout.js lays the figures out).
 What was measured lands in _build/logs/site-figures.json.
@@ -35,6 +36,10 @@ from browsing import (
 from playwright.sync_api import Browser, Locator, Page
 
 WIDTHS = {"desktop": DESKTOP, "phone": PHONE}
+SCHEMES = ("light", "dark")
+# Every width in every colour scheme: {"phone dark": (PHONE, "dark"), ...}.
+LAYOUTS = {f"{width} {scheme}": (size, scheme) for width, size in WIDTHS.items()
+           for scheme in SCHEMES}
 FIGURE = "figure.plotly-output"
 
 
@@ -71,13 +76,13 @@ def _measure_steps(page: Page, figure: Locator, every_step: bool) -> list[tuple[
 def measurements(
     browser: Browser, site_url: str, html_dir: Path, toc_files: list[str]
 ) -> dict[str, dict[str, list]]:
-    """Every figure at each width, at every step at the phone's: {width: {"page #n step":
-    measurement}}."""
+    """Every figure at each width and colour scheme, at every step at the phone's:
+    {"width scheme": {"page #n step": measurement}}."""
     pages = figure_pages(html_dir, toc_files)
     assert pages, "no page of the table of contents holds a figure"
     found: dict[str, dict[str, list]] = {}
-    for name, size in WIDTHS.items():
-        context = browser.new_context(viewport=size)
+    for name, (size, scheme) in LAYOUTS.items():
+        context = browser.new_context(viewport=size, color_scheme=scheme)
         try:
             page = context.new_page()
             found[name] = {}
@@ -88,7 +93,7 @@ def measurements(
                 for n in range(figures.count()):
                     figure = figures.nth(n)
                     figure.scroll_into_view_if_needed()
-                    for step, measured in _measure_steps(page, figure, name == "phone"):
+                    for step, measured in _measure_steps(page, figure, size == PHONE):
                         found[name][f"{relative} figure {n + 1}, {step}"] = measured
         finally:
             context.close()
@@ -98,19 +103,22 @@ def measurements(
     return found
 
 
-@pytest.mark.parametrize("width", list(WIDTHS))
-def test_figure_texts_fit_and_stay_clear(measurements: dict, width: str) -> None:
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_figure_texts_fit_and_stay_clear(measurements: dict, layout: str) -> None:
     """No text cut by the figure's box, no two texts on top of each other, no legend or
-    annotation box over the data: every figure, at every step of a twin at the phone's width."""
-    found = measurements[width]
+    annotation box over the data: every figure, at every step of a twin at the phone's width,
+    in both colour schemes."""
+    found = measurements[layout]
+    (size, scheme) = LAYOUTS[layout]
     bad = {where: _problems(m) for where, m in found.items() if _problems(m)}
-    assert not bad, f"{len(bad)} of {len(found)} figure steps at {WIDTHS[width]['width']} px: {bad}"
+    assert not bad, f"{len(bad)} of {len(found)} steps at {size['width']} px, {scheme}: {bad}"
     assert all(m["texts"] > 0 for m in found.values()), "a figure drew no text"
 
 
 def test_figures_fit_the_column(measurements: dict) -> None:
     """At a phone's width every figure is as wide as the text column, not wider."""
-    wide = {where: m["width"] for where, m in measurements["phone"].items()
+    wide = {f"{layout}: {where}": m["width"] for layout, (size, _) in LAYOUTS.items()
+            if size == PHONE for where, m in measurements[layout].items()
             if m["width"] > PHONE["width"]}
     assert not wide, wide
 
