@@ -338,11 +338,10 @@ class ReaderDecoder(nn.Module):
 class Divergence(NamedTuple):
     """Where the reader's decoder first parts from attnlib's.
 
-    Attributes:
-        step: 0 for the prompt, ``s`` for the ``s``-th token fed through the caches.
-        layer: the block (None for the embedding or the logits).
-        sublayer: ``"embed"``, ``"attention"``, ``"feed_forward"`` or ``"logits"``.
-        max_diff: the largest ``|reader - attnlib|`` there.
+    ``step`` is 0 for the prompt and ``s`` for the ``s``-th token fed through the caches;
+    ``layer`` is the block (None for the embedding or the logits); ``sublayer`` is
+    ``"embed"``, ``"attention"``, ``"feed_forward"`` or ``"logits"``; ``max_diff`` is the
+    largest ``|reader - attnlib|`` there.
     """
 
     step: int
