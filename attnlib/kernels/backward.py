@@ -149,8 +149,8 @@ def tiled_forward(Q, K, V, *, causal: bool = False, scale: float | None = None,
     for i0 in range(0, N, block_m):
         q = Q[..., i0:i0 + block_m, :]
         rows = torch.arange(i0, i0 + q.shape[-2], device=Q.device)
-        m = q.new_full(q.shape[:-1] + (1,), float("-inf"))
-        l = q.new_zeros(q.shape[:-1] + (1,))
+        m = q.new_full((*q.shape[:-1], 1), float("-inf"))
+        l = q.new_zeros((*q.shape[:-1], 1))
         acc = torch.zeros_like(q)
         stop = min(M, i0 + q.shape[-2] + (M - N)) if causal else M
         for j0 in range(0, max(stop, 0), block_n):
