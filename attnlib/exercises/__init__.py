@@ -290,5 +290,6 @@ from attnlib.exercises import (  # noqa: E402, F401
     lesson_10,
     lesson_11,
     lesson_12,
+    lesson_13,
 )
 from attnlib.exercises.implement import NotImplementedYetError  # noqa: E402
