@@ -377,6 +377,8 @@ SURFACE = {
             "sketch_attention", "sketch_proposal", "sketched_logits", "tiled_attention",
             "topk_attention", "topk_mask"
     ],
+    "kernels": ["FlashAttentionTorch", "attention_backward", "attention_forward",
+                "tiled_backward", "tiled_forward"],
 }
 
 

@@ -290,6 +290,7 @@ from attnlib.exercises import (  # noqa: E402, F401
     lesson_10,
     lesson_11,
     lesson_12,
+    lesson_13,
     lesson_14,
 )
 from attnlib.exercises.implement import NotImplementedYetError  # noqa: E402

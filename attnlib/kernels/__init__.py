@@ -1,0 +1,28 @@
+"""Attention as a kernel: the backward pass in closed form, and FlashAttention-2 in Triton.
+
+- ``backward``      the closed-form backward of softmax attention, a tiled forward that
+                    keeps O and the row log-sum-exp L, and a tiled backward that
+                    recomputes P from L, in plain torch                      (lesson 13)
+- ``triton_flash``  FlashAttention-2's forward and backward as Triton kernels (causal,
+                    grouped-query) behind ``flash_attention``                (13)
+
+Importing ``attnlib.kernels`` imports no Triton: ``attnlib.kernels.triton_flash`` does, on
+first use, and, when no CUDA device is present and ``TRITON_INTERPRET`` is unset, sets
+``TRITON_INTERPRET=1`` first, so that the kernels run on the CPU in Triton's interpreter.
+"""
+
+from attnlib.kernels.backward import (
+    FlashAttentionTorch,
+    attention_backward,
+    attention_forward,
+    tiled_backward,
+    tiled_forward,
+)
+
+__all__ = [
+    "FlashAttentionTorch",
+    "attention_backward",
+    "attention_forward",
+    "tiled_backward",
+    "tiled_forward",
+]

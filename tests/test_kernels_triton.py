@@ -1,0 +1,107 @@
+"""The Triton FlashAttention-2 kernels against SDPA and autograd.
+
+On a machine without CUDA the kernels run in Triton's interpreter (``TRITON_INTERPRET=1``,
+set by ``attnlib.kernels.triton_flash`` when unset); shapes are small so that this file runs
+in well under a minute there. With CUDA the ``device`` fixture adds a compiled run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+# The module sets TRITON_INTERPRET before importing triton, so it is imported first.
+flash_attention = pytest.importorskip("attnlib.kernels.triton_flash").flash_attention
+
+# (H, G, N, M, d): N a multiple of the block, N not (19, 40), GQA, more keys than queries, d < 16
+SHAPES = [(2, 2, 32, 32, 16), (4, 2, 19, 19, 16), (2, 1, 40, 40, 8), (2, 2, 10, 24, 16)]
+
+
+def _runs_on(device: torch.device) -> bool:
+    return device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _qkv(shape, device, dtype=torch.float32, seed=0):
+    H, G, N, M, d = shape
+    gen = torch.Generator().manual_seed(seed)
+    make = lambda *s: torch.randn(*s, generator=gen).to(device, dtype)  # noqa: E731
+    return (make(2, H, N, d).requires_grad_(), make(2, G, M, d).requires_grad_(),
+            make(2, G, M, d).requires_grad_())
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_output_and_gradients_match_sdpa(shape, causal, device):
+    if not _runs_on(device):
+        pytest.skip("the compiled kernels need CUDA; the interpreter runs on the CPU")
+    Q, K, V = _qkv(shape, device)
+    H, G, N, M, _ = shape
+    mask = torch.ones(N, M, dtype=torch.bool, device=device).tril(M - N) if causal else None
+    ref = F.scaled_dot_product_attention(Q, K.repeat_interleave(H // G, 1),
+                                         V.repeat_interleave(H // G, 1), attn_mask=mask)
+    dO = torch.randn(ref.shape, generator=torch.Generator().manual_seed(1)).to(device)
+    want = torch.autograd.grad(ref, (Q, K, V), dO)
+    O = flash_attention(Q, K, V, causal=causal)
+    got = torch.autograd.grad(O, (Q, K, V), dO)
+    tol = {"atol": 2e-5, "rtol": 2e-5} if device.type == "cpu" else {"atol": 2e-3, "rtol": 2e-3}
+    torch.testing.assert_close(O, ref, **tol)
+    for name, g, w in zip("QKV", got, want, strict=True):
+        torch.testing.assert_close(g, w, **tol, msg=lambda m, n=name: f"d{n}: {m}")
+
+
+def test_block_sizes_change_nothing_but_the_tiling(device):
+    if not _runs_on(device):
+        pytest.skip("needs CUDA or the interpreter")
+    Q, K, V = _qkv((2, 2, 37, 37, 16), device)
+    a = flash_attention(Q, K, V, causal=True, block_m=16, block_n=32)
+    b = flash_attention(Q, K, V, causal=True, block_m=32, block_n=16)
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_bad_arguments_name_the_rule():
+    Q, K = torch.randn(1, 3, 20, 16), torch.randn(1, 2, 20, 16)
+    with pytest.raises(ValueError, match="H=3, G=2"):
+        flash_attention(Q, K, K)
+    with pytest.raises(ValueError, match=r"block_n must be a power of two of at least 16.*24"):
+        flash_attention(Q, Q, Q, block_n=24)
+    with pytest.raises(ValueError, match=r"Q must have 4 dimensions \(B, H, N, d\)"):
+        flash_attention(Q[0], Q[0], Q[0])
+    with pytest.raises(ValueError, match="scale must be a positive number; got -1"):
+        flash_attention(Q, Q, Q, scale=-1.0)
+
+
+def test_a_missing_triton_raises_one_clear_import_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "triton", None)
+    monkeypatch.setitem(sys.modules, "triton.language", None)
+    monkeypatch.delitem(sys.modules, "attnlib.kernels.triton_flash", raising=False)
+    with pytest.raises(ImportError, match=r"pip install triton.*Colab's torch brings it"):
+        importlib.import_module("attnlib.kernels.triton_flash")
+    monkeypatch.delitem(sys.modules, "attnlib.kernels.triton_flash", raising=False)
+
+
+def test_importing_attnlib_kernels_imports_no_triton():
+    code = ("import sys, attnlib.kernels\n"
+            "assert 'triton' not in sys.modules, 'triton imported'\n"
+            "assert 'attnlib.kernels.triton_flash' not in sys.modules\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=False, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_without_cuda_the_interpreter_is_switched_on():
+    code = ("import os, torch\n"
+            "os.environ.pop('TRITON_INTERPRET', None)\n"
+            "import attnlib.kernels.triton_flash\n"
+            "want = None if torch.cuda.is_available() else '1'\n"
+            "got = os.environ.get('TRITON_INTERPRET')\n"
+            "assert got == want, got\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=False, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
