@@ -3,7 +3,7 @@
 For each lesson: copy the notebook alone into an empty temporary folder, then execute it top to
 bottom with nbclient, in a kernel whose Python has attnlib installed from a wheel of this
 repository plus what Colab ships (torch, numpy, pandas, plotly, ipywidgets, a Jupyter kernel,
-transformers), with the temporary folder as working directory, no PYTHONPATH and no user or
+transformers, triton), with the temporary folder as working directory, no PYTHONPATH and no user or
 IPython configuration. A lesson that reads a repository file, or relies on anything attnlib
 does not install, fails here. After its last cell, every control of every live explorer the
 lesson built is moved once and must redraw its figure.
@@ -46,7 +46,8 @@ REPO = Path(__file__).resolve().parents[1]
 COLAB_CONSTRAINTS = REPO / "tests" / "colab-constraints.txt"
 # What Colab ships that attnlib and the lessons use; the newest environment takes these
 # packages at the versions requirements.txt pins.
-COLAB_PACKAGES = ("torch", "numpy", "pandas", "plotly", "ipywidgets", "ipykernel", "transformers")
+COLAB_PACKAGES = ("torch", "numpy", "pandas", "plotly", "ipywidgets", "ipykernel", "transformers",
+                  "triton")
 # ...and the executor, at the versions installed next to this script.
 RUNNER_PACKAGES = ("nbclient", "nbformat")
 CELL_TIMEOUT_S = 300

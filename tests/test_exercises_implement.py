@@ -13,6 +13,10 @@ from attnlib import exercises
 from attnlib.exercises import implement
 
 LABELS = sorted(implement._IMPLEMENTATIONS)
+# Exercises whose answer is a Triton kernel, not a Python function: the stub, the reader's
+# error and an unrelated wrong answer are checked with kernels in tests/test_exercises_13.py.
+KERNEL_LABELS = {"13.2"}
+PYTHON_LABELS = [label for label in LABELS if label not in KERNEL_LABELS]
 MISTAKES = [(label, k) for label in LABELS
             for k in range(len(implement._IMPLEMENTATIONS[label]().mistakes))]
 
@@ -45,7 +49,7 @@ def test_each_mistake_gets_its_own_hint(label, k, capsys):
     assert capsys.readouterr().out == result.message + "\n"
 
 
-@pytest.mark.parametrize("label", LABELS)
+@pytest.mark.parametrize("label", PYTHON_LABELS)
 def test_stub_is_not_implemented_yet(label, capsys):
     def stub(*args, **kwargs):
         raise NotImplementedError
@@ -63,7 +67,7 @@ def test_stub_is_not_implemented_yet(label, capsys):
             "your code and run the cell again.\n")
 
 
-@pytest.mark.parametrize("label", LABELS)
+@pytest.mark.parametrize("label", PYTHON_LABELS)
 def test_an_error_in_the_readers_code_is_shown_as_theirs(label, capsys):
     def attend(*args, **kwargs):
         scores = {}
@@ -80,7 +84,7 @@ def test_an_error_in_the_readers_code_is_shown_as_theirs(label, capsys):
     assert "implement.py" not in result.message and "lesson_" not in result.message
 
 
-@pytest.mark.parametrize("label", LABELS)
+@pytest.mark.parametrize("label", PYTHON_LABELS)
 def test_an_unrelated_wrong_answer_names_the_first_failing_case(label):
     spec = implement._IMPLEMENTATIONS[label]()
 
@@ -91,13 +95,16 @@ def test_an_unrelated_wrong_answer_names_the_first_failing_case(label):
                 return K_all + 1, V_all
         wrong = Wrong
     else:
-        def wrong(*args, **kwargs):
-            out = spec.reference(*args, **kwargs)
+        def off(out):
             if out.is_floating_point():
                 return out * 1.5 + 0.25
             out = out.clone()
             out.view(-1)[0] = ~out.view(-1)[0]  # one entry flipped
             return out
+
+        def wrong(*args, **kwargs):
+            out = spec.reference(*args, **kwargs)
+            return tuple(map(off, out)) if isinstance(out, tuple) else off(out)
     result = exercises.check(label, wrong)
     assert result.status == "incorrect"
     assert result.message.startswith(f"{label}: case 1 of {len(spec.cases)} "

@@ -35,6 +35,7 @@ Lesson: the implementation exercises of lessons 01-10 (first used in
 from __future__ import annotations
 
 import os
+import sys
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -135,9 +136,11 @@ class NotImplementedYetError(Exception):
 
 def _theirs(exc: BaseException) -> str:
     """The reader's exception, with the frames of their own code only (no file paths)."""
+    hidden = [_ATTNLIB, os.path.dirname(torch.__file__)]
+    if "triton" in sys.modules:  # Triton's launcher and interpreter, around a reader's kernel
+        hidden.append(os.path.dirname(sys.modules["triton"].__file__))
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if not os.path.abspath(f.filename).startswith(_ATTNLIB)
-              and not os.path.abspath(f.filename).startswith(os.path.dirname(torch.__file__))]
+              if not os.path.abspath(f.filename).startswith(tuple(hidden))]
     lines = [f"  in {f.name}, line {f.lineno}: {(f.line or '').strip()}" for f in frames[-3:]]
     detail = str(exc).strip().splitlines()
     head = f"{type(exc).__name__}: {detail[0]}" if detail else type(exc).__name__

@@ -73,7 +73,7 @@ def _tile_backward() -> Implementation:
 @implementation("13.2")
 def _triton_softmax() -> Implementation:
     """A @triton.jit kernel softmax_kernel(X, Y, stride, n_cols, BLOCK), one program a row."""
-    from attnlib.exercises import _lesson_13_triton as kernels
+    from attnlib.exercises import lesson_13_kernels as kernels
 
     def case(name, seed, rows, n, scale):
         x = _randn(rows, n, seed=seed, dtype=torch.float32, scale=scale)

@@ -10,7 +10,8 @@ per chapter.
   :mod:`attnlib.viz.masks` (lesson 04), :mod:`attnlib.viz.kvcache` (lesson 05),
   :mod:`attnlib.viz.gqa` (lesson 06), :mod:`attnlib.viz.mla` (lesson 07),
   :mod:`attnlib.viz.rope` (lesson 08), :mod:`attnlib.viz.frontier` (lesson 09),
-  :mod:`attnlib.viz.randomised` (lesson 10), :mod:`attnlib.viz.serving` (lesson 11);
+  :mod:`attnlib.viz.randomised` (lesson 10), :mod:`attnlib.viz.serving` (lesson 11),
+  :mod:`attnlib.viz.kernels` (lesson 13);
   :mod:`attnlib.viz.trained`, the trained-model dial that lessons 06 and 07 share;
   :mod:`attnlib.viz.walk`, one token through the trained ``book`` model (lesson 12).
 
@@ -26,6 +27,7 @@ from attnlib.viz import (
     frontier,
     gqa,
     heads,
+    kernels,
     kvcache,
     lookup,
     masks,

@@ -52,12 +52,29 @@ def softmax_no_max(X, Y, stride, n_cols, BLOCK: tl.constexpr):
 def launch(kernel, x):
     """Run ``kernel`` with one program per row of ``x`` (rows, n_cols), BLOCK the next power
     of two. ``x`` lies in a buffer one row longer, filled with 50s, so a load past a row's end
-    reads the next row (or that extra row), the same on every run."""
+    reads the next row (or that extra row), the same on every run.
+
+    An error inside the reader's kernel is raised as itself (the interpreter wraps it in an
+    ``InterpreterError``), so that the check shows the reader's line and a kernel whose body
+    is ``raise NotImplementedError`` counts as not implemented yet.
+    """
     import torch
 
+    if not isinstance(kernel, triton.runtime.KernelInterface):
+        raise TypeError(f"{getattr(kernel, '__name__', 'the answer')} is a plain Python "
+                        "function, not a Triton kernel: put @triton.jit on the line above "
+                        "its def")
     rows, n = x.shape
     buf = torch.full((rows + 1, n), 50.0, dtype=x.dtype, device=x.device)
     buf[:rows] = x
     out = torch.zeros_like(buf)
-    kernel[(rows,)](buf, out, n, n, BLOCK=triton.next_power_of_2(n))
+    try:
+        kernel[(rows,)](buf, out, n, n, BLOCK=triton.next_power_of_2(n))
+    except Exception as exc:
+        inner = exc.__cause__
+        if type(exc).__name__ == "InterpreterError" and isinstance(inner, Exception):
+            raise inner.with_traceback(inner.__traceback__) from None
+        if type(exc).__name__ == "CompilationError" and "NotImplementedError" in str(exc):
+            raise NotImplementedError from None  # a compiled stub (on a GPU)
+        raise
     return out[:rows]
