@@ -226,6 +226,7 @@ class FlashAttentionTorch(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, Q, K, V, causal=False, scale=None, block_m=16, block_n=16):
+        """``O`` by ``tiled_forward``; saves ``Q, K, V, O`` and the row log-sum-exp ``L``."""
         s = check_qkv(Q, K, V, scale)
         _check_blocks(block_m, block_n)
         O, L = tiled_forward(Q, K, V, causal=causal, scale=s, block_m=block_m,
@@ -236,6 +237,7 @@ class FlashAttentionTorch(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dO):
+        """``dQ, dK, dV`` by ``tiled_backward``, from the saved tensors and ``dO``."""
         Q, K, V, O, L = ctx.saved_tensors
         causal, s, block_m, block_n = ctx.settings
         dQ, dK, dV = tiled_backward(Q, K, V, O, dO.contiguous(), L, causal=causal, scale=s,

@@ -231,6 +231,7 @@ class FlashAttentionTriton(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, Q, K, V, causal=False, scale=None, block_m=16, block_n=16):
+        """``O`` by the forward kernel; saves ``Q, K, V, O`` and the row log-sum-exp ``L``."""
         s = _check(Q, K, V, scale, block_m, block_n)
         Q, K, V = Q.contiguous(), K.contiguous(), V.contiguous()
         O, L = flash_forward(Q, K, V, bool(causal), s, block_m, block_n)
@@ -240,6 +241,7 @@ class FlashAttentionTriton(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dO):
+        """``dQ, dK, dV`` by the two backward kernels, from the saved tensors and ``dO``."""
         Q, K, V, O, L = ctx.saved_tensors
         causal, s, block_m, block_n = ctx.settings
         dQ, dK, dV = flash_backward(Q, K, V, O, dO.contiguous(), L, causal, s, block_m, block_n)
