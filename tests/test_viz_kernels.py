@@ -37,8 +37,8 @@ def test_backward_memory_is_quadratic_for_the_naive_path_and_linear_for_the_tile
         row = table.loc[n]
         assert row["naive: largest in backward"] == n * n
         assert row["tiled: largest in backward"] < n * n // 4
-        # Q, K, V, O (n x d each) and L (n), float32
-        assert row["tiled: KB saved"] == pytest.approx((4 * n * d + n) * 4 / 1024, abs=0.1)  # rounded to 0.1 KB
+        # Q, K, V, O (n x d each) and L (n), float32, rounded to 0.1 KB
+        assert row["tiled: KB saved"] == pytest.approx((4 * n * d + n) * 4 / 1024, abs=0.1)
         assert row["naive: KB saved"] * 1024 >= n * n * 4  # at least the weights P
 
 

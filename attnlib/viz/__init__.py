@@ -71,6 +71,7 @@ __all__ = [
     "frontier",
     "gqa",
     "heads",
+    "kernels",
     "kvcache",
     "lookup",
     "masks",
