@@ -10,6 +10,14 @@ Hugging Face is timed two ways: ``generate(do_sample=False, use_cache=True)``, w
 calls, and a hand-written greedy loop over ``forward`` with a ``DynamicCache`` and
 ``logits_to_keep=1``, its leanest cached path (``generate`` runs the same forward plus
 logits processors and stopping criteria). The target compares attnlib with the loop.
+
+A third reference, ``eager``, is the same model written out as straight-line PyTorch
+(:func:`eager_greedy`): the tensor operations attnlib's cached step runs, in the same order
+on the same weights, with no modules, no checks and no layer contract around them. It is
+the least that eager PyTorch spends per token on this model on this machine, whoever writes
+it; attnlib's time over it is what the library's structure costs, and its time over Hugging
+Face's loop is the lowest ratio any eager decoder of this shape could reach here.
+
 Every variant runs under ``torch.inference_mode()`` with the same threads, in the same
 process, taking turns within each repeat.
 """
@@ -20,6 +28,7 @@ from functools import partial
 
 import bench_decode
 import torch
+import torch.nn.functional as F
 import transformers
 from timing import median_seconds
 from transformers import DynamicCache, GenerationConfig, LlamaConfig, LlamaForCausalLM
@@ -86,6 +95,55 @@ def hf_greedy(hf: LlamaForCausalLM, prompt: torch.Tensor, n: int) -> torch.Tenso
     return torch.cat(out, dim=-1)
 
 
+def eager_greedy(model: TinyDecoder, prompt: torch.Tensor, n: int) -> torch.Tensor:
+    """Greedy cached decoding of ``model`` (pre-norm RMSNorm, SwiGLU, half-split RoPE, tied
+    embeddings: the benchmark's shape) as straight-line PyTorch: the operations of attnlib's
+    step, without attnlib around them. Caches preallocated; rotation tables made once."""
+    attn0 = model.blocks[0].attn
+    H, G, d, base = attn0.n_heads, attn0.n_kv_heads, attn0.d_head, attn0.rope_base
+    n_max = prompt.shape[-1] + n
+    theta = base ** (-2.0 * torch.arange(d // 2, dtype=torch.float64, device=prompt.device) / d)
+    angles = torch.arange(n_max, dtype=torch.float64, device=prompt.device)[:, None] * theta
+    cos = torch.cat((angles.cos(), angles.cos()), dim=-1).to(model.E.dtype)  # (n_max, d)
+    sin = torch.cat((-angles.sin(), angles.sin()), dim=-1).to(model.E.dtype)
+    layers = [(b.attn_norm.g, b.attn.W_Q, b.attn.W_K, b.attn.W_V, b.attn.W_O, b.ffn_norm.g,
+               b.ffn.W_gate, b.ffn.W_up, b.ffn.W_down) for b in model.blocks]
+    eps = model.final_norm.eps
+    B, D = prompt.shape[0], model.d_model
+    caches = [(prompt.new_empty((B, G, n_max, d), dtype=model.E.dtype),
+               prompt.new_empty((B, G, n_max, d), dtype=model.E.dtype)) for _ in layers]
+
+    def heads(T: torch.Tensor, h: int) -> torch.Tensor:  # (B, N, h d) -> (B, h, N, d)
+        return T.view(B, T.shape[1], h, d).transpose(1, 2)
+
+    def rotate(T: torch.Tensor, c: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        return T * c + T.roll(d // 2, dims=-1) * s
+
+    out, step, held = [prompt], prompt, 0
+    for _ in range(n):
+        m = step.shape[1]
+        c, s = cos[held:held + m], sin[held:held + m]
+        x = model.E[step]  # (B, m, D)
+        for (g1, W_Q, W_K, W_V, W_O, g2, W_gate, W_up, W_down), (K_all, V_all) in zip(
+                layers, caches, strict=True):
+            h = F.rms_norm(x, (D,), g1, eps)
+            Q, K, V = heads(h @ W_Q, H), heads(h @ W_K, G), heads(h @ W_V, G)
+            Q, K = rotate(Q, c, s), rotate(K, c, s)
+            K_all[:, :, held:held + m] = K
+            V_all[:, :, held:held + m] = V
+            Y = F.scaled_dot_product_attention(
+                Q, K_all[:, :, :held + m], V_all[:, :, :held + m], is_causal=m > 1,
+                enable_gqa=G < H)
+            x = x + Y.transpose(1, 2).reshape(B, m, H * d) @ W_O
+            h = F.rms_norm(x, (D,), g2, eps)
+            x = x + (F.silu(h @ W_gate) * (h @ W_up)) @ W_down
+        logits = F.rms_norm(x[:, -1:], (D,), model.final_norm.g, eps) @ model.E.mT
+        held += m
+        step = logits[:, -1].argmax(dim=-1, keepdim=True)  # (B, 1)
+        out.append(step)
+    return torch.cat(out, dim=-1)
+
+
 def hf_generate(hf: LlamaForCausalLM, prompt: torch.Tensor, n: int) -> torch.Tensor:
     """Greedy cached decoding with Hugging Face's ``generate``."""
     config = GenerationConfig(
@@ -111,12 +169,14 @@ def run(device: torch.device, n: int, repeats: int) -> dict:
         "attnlib": partial(model.generate, prompt, n, use_cache=True),
         "hf_loop": partial(hf_greedy, hf, prompt, n),
         "hf_generate": partial(hf_generate, hf, prompt, n),
+        "eager": partial(eager_greedy, model, prompt, n),
     }
     out: dict[str, torch.Tensor] = {}
     fns = {name: partial(_run, fn, out, name) for name, fn in decoders.items()}
     seconds = median_seconds(fns, device, repeats=repeats)
     per_token = {name: s / n for name, s in seconds.items()}
-    identical = all(torch.equal(out["attnlib"], out[k]) for k in ("hf_loop", "hf_generate"))
+    identical = all(torch.equal(out["attnlib"], out[k]) for k in ("hf_loop", "hf_generate",
+                                                                   "eager"))
     return {
         "new_tokens": n,
         "prompt_tokens": PROMPT_LEN,
@@ -127,5 +187,7 @@ def run(device: torch.device, n: int, repeats: int) -> dict:
         "seconds_per_token": per_token,
         "attnlib_over_hf_loop": per_token["attnlib"] / per_token["hf_loop"],
         "attnlib_over_hf_generate": per_token["attnlib"] / per_token["hf_generate"],
+        "attnlib_over_eager": per_token["attnlib"] / per_token["eager"],
+        "eager_over_hf_loop": per_token["eager"] / per_token["hf_loop"],
         "tokens_identical": identical,
     }

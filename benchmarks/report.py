@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 # Bumped when a field is renamed or removed (new fields may be added freely).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 HEADER = ("benchmark", "case", "attnlib", "baseline", "ratio", "target", "check")
 
@@ -93,6 +93,10 @@ def rows(results: dict) -> list[tuple[str, ...]]:
         out.append((f"decode: attnlib / {label}", f"{h['new_tokens']} new",
                     f"{_time(per['attnlib'])}/tok", f"{_time(per[name])}/tok",
                     f"{h[key]:.2f}x", target, _tokens(h["tokens_identical"])))
+    out.append(("decode: attnlib / eager PyTorch", f"{h['new_tokens']} new",
+                f"{_time(per['attnlib'])}/tok", f"{_time(per['eager'])}/tok",
+                f"{h['attnlib_over_eager']:.2f}x", "",
+                f"eager / HF loop {h['eager_over_hf_loop']:.2f}x"))
     m = results["memory"]
     out.append(("memory: tiled vs explicit", f"N={m['N']}", _bytes(m["extra_bytes"]["tiled"]),
                 _bytes(m["extra_bytes"]["explicit"]), f"{m['ratio']:.0f}x less",
@@ -180,7 +184,9 @@ def notes(results: dict) -> list[str]:
         f"attnlib / HF: the same weights in LlamaForCausalLM ({h['hf_attn_implementation']} "
         "attention), time per new token with the prompt included, under inference_mode; "
         "HF loop = forward with a DynamicCache and logits_to_keep=1, HF generate = "
-        "generate(do_sample=False, use_cache=True).",
+        "generate(do_sample=False, use_cache=True); eager PyTorch = the same operations "
+        "on the same weights as straight-line code (no modules, no checks), the least eager "
+        "PyTorch spends per token on this model here.",
         f"memory: (1, 1, N, 64) float32, block_size {m['block_size']}; {m['method']}.",
         f"decode step: GroupedQueryAttention (d_in 2048, H {g['H']}, d_head {g['d_head']}, RoPE) "
         "with N tokens in the cache its new_cache(max_tokens) makes, one new token; baseline "
@@ -343,9 +349,12 @@ SCHEMA: dict[str, Any] = {
         "prompt_tokens": int,
         "config": Each(int),
         "hf_attn_implementation": str,
-        "seconds_per_token": {"attnlib": float, "hf_loop": float, "hf_generate": float},
+        "seconds_per_token": {"attnlib": float, "hf_loop": float, "hf_generate": float,
+                              "eager": float},
         "attnlib_over_hf_loop": float,
         "attnlib_over_hf_generate": float,
+        "attnlib_over_eager": float,
+        "eager_over_hf_loop": float,
         "tokens_identical": bool,
     },
     "memory": {

@@ -17,7 +17,9 @@ printed table and for the page alike, and checks their schema.
    greedy decoding with and without a KV cache from an 8-token prompt (the tokens must be
    identical), and the time of one decoding step early and late in a long generation.
 3. The same TinyDecoder against Hugging Face's ``LlamaForCausalLM`` holding the same
-   weights: greedy cached decoding, time per new token (the tokens must be identical).
+   weights: greedy cached decoding, time per new token (the tokens must be identical);
+   beside both, the same operations as straight-line PyTorch (``bench_hf.eager_greedy``),
+   the least eager PyTorch spends per token on this model.
 4. ``tiled_attention`` against the explicit path at ``(1, 1, 16384, 64)``: peak extra
    memory (see ``bench_memory.py`` for how it is measured); the outputs must agree.
 5. One cached decode step of ``GroupedQueryAttention`` (H 32, d_head 64) against 8,192

@@ -72,7 +72,10 @@ def test_quick_benchmark_run(tmp_path, device, report):
 
     hf = results["hf"]
     assert hf["new_tokens"] == 16 and hf["tokens_identical"]
-    assert set(hf["seconds_per_token"]) == {"attnlib", "hf_loop", "hf_generate"}
+    assert set(hf["seconds_per_token"]) == {"attnlib", "hf_loop", "hf_generate", "eager"}
+    per = hf["seconds_per_token"]
+    assert hf["attnlib_over_eager"] == per["attnlib"] / per["eager"]
+    assert hf["eager_over_hf_loop"] == per["eager"] / per["hf_loop"]
 
     mem = results["memory"]
     assert mem["outputs_agree"] and mem["max_abs_diff"] <= 1e-4
@@ -109,6 +112,7 @@ def test_quick_benchmark_run(tmp_path, device, report):
         "attention auto / SDPA": 2, "attention explicit / SDPA": 2,
         "decode: cache vs none": 2, "decode: cached step, late / early": 1,
         "decode: attnlib / HF loop": 1, "decode: attnlib / HF generate": 1,
+        "decode: attnlib / eager PyTorch": 1,
         "memory: tiled vs explicit": 1, "decode step: GQA / SDPA": 3,
         "decode step: bytes copied, N / N/2": 3, "MLA step: absorbed auto / explicit": 1,
         "MLA step: rebuilt / absorbed": 1, "MLA step: expanded / absorbed": 1,
@@ -147,6 +151,7 @@ def test_rows_from_a_sample(report, sample):
         ("decode: cache vs none", "256 new"), ("decode: cache vs none", "1024 new"),
         ("decode: cached step, late / early", "1024 new"),
         ("decode: attnlib / HF loop", "512 new"), ("decode: attnlib / HF generate", "512 new"),
+        ("decode: attnlib / eager PyTorch", "512 new"),
         ("memory: tiled vs explicit", "N=16384"),
         ("decode step: GQA / SDPA", "G=32, N=8192"), ("decode step: GQA / SDPA", "G=8, N=8192"),
         ("decode step: GQA / SDPA", "G=1, N=8192"),
@@ -167,6 +172,8 @@ def test_rows_from_a_sample(report, sample):
         ("serving: HF QuantizedCache (quanto)", "int2, axis_key 0, axis_value 0"),
     ]
     by_case = {row[:2]: row[2:] for row in rows}
+    assert by_case["decode: attnlib / eager PyTorch", "512 new"] == (
+        "2.00 ms/tok", "1.00 ms/tok", "2.00x", "", "eager / HF loop 0.50x")
     assert by_case["attention auto / SDPA", "N=2048"] == (
         "17.60 ms", "16.00 ms", "1.10x", "<= 1.3: met", "max|dY| 2.5e-07")
     assert by_case["attention auto / SDPA", "N=1024"][3] == ""  # judged at N=2048 only
@@ -265,7 +272,7 @@ def test_schema_accepts_the_sample(report, sample):
          "results.targets.memory_ratio: needs a number 'max' or 'min'"),
         (lambda r: r.update(date="yesterday"), "results.date: expected an ISO 8601 date"),
         (lambda r: r.update(date="2026-05-04T09:30:00"), "results.date: expected a time zone"),
-        (lambda r: r.update(schema=0), "results.schema: this run.py writes schema 1"),
+        (lambda r: r.update(schema=0), "results.schema: this run.py writes schema 2"),
     ],
 )
 def test_schema_names_what_is_wrong(report, sample, edit, expected):

@@ -282,6 +282,52 @@ def test_generate_takes_a_single_unbatched_prompt_and_zero_steps():
     assert torch.equal(model.generate(torch.tensor([[1, 2]]), 0), torch.tensor([[1, 2]]))
 
 
+@pytest.mark.parametrize("attention,kw", [("gqa", {"n_kv_heads": 2}), ("mla", {})])
+def test_forward_with_rotation_tables_made_once_equals_making_them_per_call(device, attention, kw):
+    """generate makes the tables of every position once and hands each step its rows; a
+    forward pass given those rows computes what it computes making them itself."""
+    model = _decoder(attention, device, seed=2, **kw)
+    ids = torch.tensor([[5, 17, 3, 8, 9], [60, 0, 9, 1, 2]], device=device)
+    attn = model.blocks[0].attn
+    table = attn.rope_tables(None, 9, 0, F64, device)  # positions 0 .. 8
+    assert torch.equal(table.positions, torch.arange(9, device=device))
+    caches, plain = model.new_caches(), model.new_caches()
+    for a, b in [(0, 3), (3, 4), (4, 5)]:
+        rows = type(table)(table.positions[a:b], table.cos[a:b], table.sin[a:b])
+        given = model(ids[:, a:b], caches=caches, rope=rows)
+        torch.testing.assert_close(given, model(ids[:, a:b], caches=plain), rtol=0, atol=0)
+    # rows at positions (B, 1, N), as the mask's positions give them
+    pos = torch.tensor([[0, 0, 1, 2, 3], [0, 1, 2, 3, 4]], device=device)
+    rows = type(table)(pos[:, None], table.cos[pos[:, None]], table.sin[pos[:, None]])
+    torch.testing.assert_close(model(ids, positions=pos, rope=rows), model(ids, positions=pos),
+                               rtol=0, atol=0)
+
+
+def test_generate_continues_caches_that_already_hold_tokens(device):
+    """The tables generate makes reach past what the caches held before it."""
+    model = _decoder("gqa", device, seed=4, n_kv_heads=2)
+    prompt = torch.tensor([[5, 17, 3, 8, 9, 10]], device=device)
+    caches = model.new_caches(prompt.shape[-1] + 12)
+    model(prompt[:, :4], caches=caches)
+    continued = model.generate(prompt[:, 4:], 12, caches=caches)
+    assert torch.equal(continued, model.generate(prompt, 12)[:, 4:])
+
+
+def test_forward_refuses_rotation_tables_that_do_not_fit():
+    model = TinyDecoder(30, 16, 2, 4, n_kv_heads=2, seed=0)
+    ids = torch.tensor([[1, 2, 3]])
+    tables = model.blocks[0].attn.rope_tables(None, 3, 0, torch.float32, ids.device)
+    with pytest.raises(ValueError, match=r"rope's cos and sin must end in \(N, rope width\) = "
+                                         r"\(3, 4\).*got cos \(2, 4\)"):
+        model(ids, rope=type(tables)(tables.positions[:2], tables.cos[:2], tables.sin[:2]))
+    with pytest.raises(TypeError,
+                       match=r"rope must be an attnlib\.core\.rope\.RopeTables.*got tuple"):
+        model(ids, rope=tuple(tables))
+    nope = TinyDecoder(30, 16, 2, 4, rope_base=None, seed=0)
+    with pytest.raises(ValueError, match="rope must be None: this model's attention has no RoPE"):
+        nope(ids, rope=tables)
+
+
 # --- a batch of prompts padded on the left: attention_mask ------------------------------
 #
 # The reference is each prompt run alone, unpadded, with no mask: what a row of the padded

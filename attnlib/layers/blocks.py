@@ -459,6 +459,17 @@ class TransformerBlock(nn.Module):
         return f"d_model={self.d_model}, norm={self.norm!r}, norm_kind={self.norm_kind!r}"
 
 
+def _rope_rows(table: RopeTables, start: int, n: int,
+               positions: torch.Tensor | None) -> RopeTables:
+    """The rows of ``table`` (made for positions ``0, 1, ...``) that ``n`` new tokens rotate
+    by: the next ``n`` after ``start`` held ones, or those at ``positions`` ``(B, n)``."""
+    if positions is None:  # views, nothing computed
+        end = start + n
+        return RopeTables(table.positions[start:end], table.cos[start:end], table.sin[start:end])
+    pos = positions if positions.dim() == 1 else positions[:, None, :]  # (B, 1, n): a head axis
+    return RopeTables(pos, table.cos[pos], table.sin[pos])
+
+
 def _build_attention(
     name: str, d_model: int, n_heads: int, d_head: int, options: dict, kw: dict
 ) -> nn.Module:
@@ -646,6 +657,7 @@ class TinyDecoder(nn.Module):
         caches: Sequence[Cache] | None = None,
         attention_mask: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
+        rope: RopeTables | None = None,
         check: bool = True,
     ) -> torch.Tensor:
         """Next-token logits for every position: ``logits = Norm(Blocks(E[ids])) W_out``.
@@ -667,6 +679,10 @@ class TinyDecoder(nn.Module):
             positions: the RoPE positions of the new tokens, ``(N,)`` or ``(B, N)``;
                 ``None`` means the ones ``attention_mask`` gives, or without it
                 ``0 .. N - 1`` continuing from the caches.
+            rope: the rotation of the new tokens at those positions, when the caller made
+                it already (:meth:`generate` makes the tables of every position it will
+                reach once, and hands each step its rows); ``None`` makes it here, once for
+                all the layers (:meth:`attnlib.layers.base.AttentionLayer.rope_tables`).
             check: validate the arguments first (the default); :meth:`generate`, which
                 checked its own, passes False at every step.
 
@@ -678,7 +694,8 @@ class TinyDecoder(nn.Module):
         at its real tokens are those of its real tokens run alone, unpadded.
         """
         if check:
-            self.check(ids, caches, attention_mask=attention_mask, positions=positions)
+            self.check(ids, caches, attention_mask=attention_mask, positions=positions,
+                       rope=rope)
         real = None if attention_mask is None else attention_mask.bool()
         x = self.E[ids]  # (..., N, d_model)
         if self.norm == "peri":
@@ -689,8 +706,8 @@ class TinyDecoder(nn.Module):
             mask = real[..., None, :]  # (B, 1, N_KV): the key is real; each block adds causal
             if positions is None:
                 positions = position_ids(real, check=False)[..., -n:]  # (B, N): the new tokens
-        # Every block's attention rotates by the same angles: one rotation for all.
-        rope = self.blocks[0].attn.rope_tables(positions, n, start, x.dtype, x.device)
+        if rope is None:  # every block's attention rotates by the same angles: one rotation
+            rope = self.blocks[0].attn.rope_tables(positions, n, start, x.dtype, x.device)
         for i, block in enumerate(self.blocks):
             x = block(x, causal=True, mask=mask, positions=positions,
                       cache=None if caches is None else caches[i], rope=rope, check=False)
@@ -756,9 +773,18 @@ class TinyDecoder(nn.Module):
         if caches is None and use_cache:
             caches = self.new_caches(ids.shape[-1] + max_new_tokens)
         real = None if attention_mask is None else attention_mask.bool()
+        # The rotation of every position this generation reaches, made once (None without
+        # RoPE); each step takes the rows of its tokens' positions.
+        held = 0 if caches is None else caches[0].n_tokens
+        table = self.blocks[0].attn.rope_tables(
+            None, held + ids.shape[-1] + max_new_tokens, 0, self.E.dtype, self.E.device)
         out, step = ids, ids
         for _ in range(max_new_tokens):
-            logits = self(step, caches=caches, attention_mask=real, check=False)  # (..., N_step, V)
+            n, start = step.shape[-1], 0 if caches is None else caches[0].n_tokens
+            positions = None if real is None else position_ids(real, check=False)[..., -n:]
+            rope = None if table is None else _rope_rows(table, start, n, positions)
+            logits = self(step, caches=caches, attention_mask=real, positions=positions,
+                          rope=rope, check=False)  # (..., N_step, V)
             if do_sample:
                 next_id = sample(logits[..., -1, :], temperature=temperature, top_k=top_k,
                                  top_p=top_p, min_p=min_p, generator=generator, check=False)
@@ -772,7 +798,7 @@ class TinyDecoder(nn.Module):
 
     def check(
         self, ids: object, caches: object = None, *, attention_mask: object = None,
-        positions: object = None, **generate_args: object,
+        positions: object = None, rope: object = None, **generate_args: object,
     ) -> None:
         """Token ids in ``[0, vocab_size)`` on the model's device; caches; the attention
         mask and positions; generate's options."""
@@ -801,6 +827,8 @@ class TinyDecoder(nn.Module):
             self._check_caches(caches, ids)
         if positions is not None:
             check_positions(positions, ids.shape[-1], ids.device)
+        if rope is not None:
+            self._check_rope(rope, ids)
         if attention_mask is not None:
             n_cached = 0 if caches is None else caches[0].n_tokens
             whole = caches is None  # a whole sequence, not a piece fed through caches
@@ -844,6 +872,22 @@ class TinyDecoder(nn.Module):
                 "padding: the pads come first, so that the next token follows the last real "
                 f"one); row {row} ends in a pad: {rows[row].int().tolist()}"
             )
+
+    def _check_rope(self, rope: object, ids: torch.Tensor) -> None:
+        """A :class:`~attnlib.core.rope.RopeTables` of one row per new token, as wide as the
+        rotation of this model's attention (which must have one)."""
+        width = self.blocks[0].attn.rope_dim
+        if not width:
+            raise ValueError("rope must be None: this model's attention has no RoPE; got "
+                             f"{type(rope).__name__}")
+        if not isinstance(rope, RopeTables):
+            raise TypeError("rope must be an attnlib.core.rope.RopeTables (see "
+                            f"AttentionLayer.rope_tables) or None; got {type(rope).__name__}")
+        want = (ids.shape[-1], width)
+        if tuple(rope.cos.shape[-2:]) != want or rope.sin.shape != rope.cos.shape:
+            raise ValueError(
+                f"rope's cos and sin must end in (N, rope width) = {want}, one row per token "
+                f"of ids; got cos {tuple(rope.cos.shape)} and sin {tuple(rope.sin.shape)}")
 
     def _check_caches(self, caches: object, ids: torch.Tensor) -> None:
         if not isinstance(caches, (list, tuple)) or len(caches) != self.n_layers:
