@@ -98,14 +98,12 @@ def hf_greedy(hf: LlamaForCausalLM, prompt: torch.Tensor, n: int) -> torch.Tenso
 def eager_greedy(model: TinyDecoder, prompt: torch.Tensor, n: int) -> torch.Tensor:
     """Greedy cached decoding of ``model`` (pre-norm RMSNorm, SwiGLU, half-split RoPE, tied
     embeddings: the benchmark's shape) as straight-line PyTorch: the operations of attnlib's
-    step, without attnlib around them. Caches preallocated; rotation tables made once."""
+    step, without attnlib around them. Caches preallocated; the rotation tables of every
+    position made once, by the layer, before the loop (``sin`` carries rotate-half's sign)."""
     attn0 = model.blocks[0].attn
-    H, G, d, base = attn0.n_heads, attn0.n_kv_heads, attn0.d_head, attn0.rope_base
+    H, G, d = attn0.n_heads, attn0.n_kv_heads, attn0.d_head
     n_max = prompt.shape[-1] + n
-    theta = base ** (-2.0 * torch.arange(d // 2, dtype=torch.float64, device=prompt.device) / d)
-    angles = torch.arange(n_max, dtype=torch.float64, device=prompt.device)[:, None] * theta
-    cos = torch.cat((angles.cos(), angles.cos()), dim=-1).to(model.E.dtype)  # (n_max, d)
-    sin = torch.cat((-angles.sin(), angles.sin()), dim=-1).to(model.E.dtype)
+    _, cos, sin = attn0.rope_tables(None, n_max, 0, model.E.dtype, prompt.device)  # (n_max, d)
     layers = [(b.attn_norm.g, b.attn.W_Q, b.attn.W_K, b.attn.W_V, b.attn.W_O, b.ffn_norm.g,
                b.ffn.W_gate, b.ffn.W_up, b.ffn.W_down) for b in model.blocks]
     eps = model.final_norm.eps

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from attnlib_testing import randomise, tolerances
 
 from attnlib.core.masks import key_padding_mask, position_ids
+from attnlib.core.rope import RopeTables
 from attnlib.layers import FeedForward, TinyDecoder, TransformerBlock
 from attnlib.layers.norms import LayerNorm, RMSNorm, layer_norm
 from attnlib.serving.cache import KVCache, LatentCache
@@ -293,12 +294,12 @@ def test_forward_with_rotation_tables_made_once_equals_making_them_per_call(devi
     assert torch.equal(table.positions, torch.arange(9, device=device))
     caches, plain = model.new_caches(), model.new_caches()
     for a, b in [(0, 3), (3, 4), (4, 5)]:
-        rows = type(table)(table.positions[a:b], table.cos[a:b], table.sin[a:b])
+        rows = RopeTables(table.positions[a:b], table.cos[a:b], table.sin[a:b])
         given = model(ids[:, a:b], caches=caches, rope=rows)
         torch.testing.assert_close(given, model(ids[:, a:b], caches=plain), rtol=0, atol=0)
     # rows at positions (B, 1, N), as the mask's positions give them
     pos = torch.tensor([[0, 0, 1, 2, 3], [0, 1, 2, 3, 4]], device=device)
-    rows = type(table)(pos[:, None], table.cos[pos[:, None]], table.sin[pos[:, None]])
+    rows = RopeTables(pos[:, None], table.cos[pos[:, None]], table.sin[pos[:, None]])
     torch.testing.assert_close(model(ids, positions=pos, rope=rows), model(ids, positions=pos),
                                rtol=0, atol=0)
 
@@ -319,7 +320,7 @@ def test_forward_refuses_rotation_tables_that_do_not_fit():
     tables = model.blocks[0].attn.rope_tables(None, 3, 0, torch.float32, ids.device)
     with pytest.raises(ValueError, match=r"rope's cos and sin must end in \(N, rope width\) = "
                                          r"\(3, 4\).*got cos \(2, 4\)"):
-        model(ids, rope=type(tables)(tables.positions[:2], tables.cos[:2], tables.sin[:2]))
+        model(ids, rope=RopeTables(tables.positions[:2], tables.cos[:2], tables.sin[:2]))
     with pytest.raises(TypeError,
                        match=r"rope must be an attnlib\.core\.rope\.RopeTables.*got tuple"):
         model(ids, rope=tuple(tables))
