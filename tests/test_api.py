@@ -364,18 +364,18 @@ SURFACE = {
     "analysis": [
             "CACHE_KINDS", "DECODE_PATHS", "DEEPSEEK_V2", "DEEPSEEK_V3", "ESTIMATORS",
             "FFN_MATRICES", "GEMMA3_27B", "LLAMA2_7B", "LLAMA3_70B", "LLAMA3_8B",
-            "LinearAttentionState", "MISTRAL_7B", "ModelSpec", "PRESETS",
+            "LinearAttentionState", "MISTRAL_7B", "ModelSpec", "PRESETS", "Ratio", "Timing",
             "decode_step_macs", "delta_rule", "effective_sample_size",
             "elu_feature_map", "fit_exponent", "gaussian_features", "gaussian_sketch",
             "generation_macs", "importance_attention", "kv_cache_bytes",
             "linear_attention", "linear_attention_recurrent", "linformer_attention",
-            "mla_cache_bytes", "mla_decode_cost", "multiply_adds", "norm_proposal",
+            "machine", "mla_cache_bytes", "mla_decode_cost", "multiply_adds", "norm_proposal",
             "nystrom_attention", "performer_attention", "positive_random_features",
             "product_probabilities", "random_feature_kernel", "randomised_mla_from_mha",
-            "randomised_svd", "randomised_svd_multiply_adds", "sample_keys",
+            "randomised_svd", "randomised_svd_multiply_adds", "ratio", "sample_keys",
             "sampled_product", "sampled_product_mse", "sampling_variance",
             "sketch_attention", "sketch_proposal", "sketched_logits", "tiled_attention",
-            "topk_attention", "topk_mask"
+            "time_side_by_side", "topk_attention", "topk_mask"
     ],
     "kernels": ["FlashAttentionTorch", "attention_backward", "attention_forward",
                 "tiled_backward", "tiled_forward"],

@@ -5,6 +5,7 @@
 - ``flash``       exact tiled attention with an online softmax            (09)
 - ``approx``      linear attention, random features, top-k, delta rule    (09)
 - ``randomised``  sampling, sketching and low-rank estimators             (10)
+- ``timing``      interleaved wall-clock timings with their range, and the machine (05, 13, 14)
 """
 
 from attnlib.analysis.approx import (
@@ -66,6 +67,7 @@ from attnlib.analysis.randomised import (
     sketch_proposal,
     sketched_logits,
 )
+from attnlib.analysis.timing import Ratio, Timing, machine, ratio, time_side_by_side
 
 __all__ = [
     "CACHE_KINDS",
@@ -117,4 +119,9 @@ __all__ = [
     "sketch_attention",
     "sketch_proposal",
     "sketched_logits",
+    "Ratio",
+    "Timing",
+    "machine",
+    "ratio",
+    "time_side_by_side",
 ]
