@@ -64,6 +64,55 @@ def test_block_sizes_change_nothing_but_the_tiling(device):
     torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
+def _reference(Q, K, V, causal):
+    H, G, N, M = Q.shape[1], K.shape[1], Q.shape[2], K.shape[2]
+    mask = torch.ones(N, M, dtype=torch.bool, device=Q.device).tril(M - N) if causal else None
+    return F.scaled_dot_product_attention(Q, K.repeat_interleave(H // G, 1),
+                                          V.repeat_interleave(H // G, 1), attn_mask=mask)
+
+
+@pytest.mark.parametrize("blocks", [(16, 32), (32, 16)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gradients_at_unequal_blocks_with_more_keys_than_queries(blocks, causal, device):
+    """The backward kernels at block_m != block_n, M > N (a decoding step with a cache) and
+    lengths that are no multiple of either block: the causal bounds of both kernels, the
+    bottom-right alignment, and the masks of every load and store meet here."""
+    if not _runs_on(device):
+        pytest.skip("needs CUDA or the interpreter")
+    Q, K, V = _qkv((4, 2, 40, 57, 16), device, seed=3)
+    ref = _reference(Q, K, V, causal)
+    dO = torch.randn(ref.shape, generator=torch.Generator().manual_seed(4)).to(device)
+    want = torch.autograd.grad(ref, (Q, K, V), dO)
+    O = flash_attention(Q, K, V, causal=causal, block_m=blocks[0], block_n=blocks[1])
+    got = torch.autograd.grad(O, (Q, K, V), dO)
+    tol = {"atol": 2e-5, "rtol": 2e-5} if device.type == "cpu" else {"atol": 2e-3, "rtol": 2e-3}
+    torch.testing.assert_close(O, ref, **tol)
+    for name, g, w in zip("QKV", got, want, strict=True):
+        torch.testing.assert_close(g, w, **tol, msg=lambda m, n=name: f"d{n}: {m}")
+
+
+@pytest.mark.parametrize(("dtype", "tol"), [(torch.float16, 4e-3), (torch.bfloat16, 2e-2)])
+def test_16_bit_tiles_accumulate_in_float32(dtype, tol, device):
+    """16-bit inputs give 16-bit outputs within a few of their units in the last place of the
+    float32 answer on the same (rounded) inputs: the products accumulate in float32."""
+    if not _runs_on(device):
+        pytest.skip("needs CUDA or the interpreter")
+    Q, K, V = (x.detach().to(dtype).requires_grad_() for x in _qkv((4, 2, 37, 45, 16), device))
+    O = flash_attention(Q, K, V, causal=True, block_m=16, block_n=32)
+    assert O.dtype == dtype
+    ref = _reference(*(x.detach().float().requires_grad_() for x in (Q, K, V)), True)
+    torch.testing.assert_close(O.float(), ref, atol=tol, rtol=tol)
+    dO = torch.randn(O.shape, generator=torch.Generator().manual_seed(5)).to(device)
+    got = torch.autograd.grad(O, (Q, K, V), dO.to(dtype))
+    assert all(g.dtype == dtype for g in got)
+
+
+def test_float64_is_refused_by_name():
+    Q = torch.randn(1, 2, 8, 16, dtype=torch.float64)
+    with pytest.raises(TypeError, match=r"float16, bfloat16 or float32.*got torch.float64"):
+        flash_attention(Q, Q, Q)
+
+
 def test_bad_arguments_name_the_rule():
     Q, K = torch.randn(1, 3, 20, 16), torch.randn(1, 2, 20, 16)
     with pytest.raises(ValueError, match="H=3, G=2"):
