@@ -1,89 +1,432 @@
-"""Tests for lesson 13's implementation checks: the right answers pass, and each catalogued
-wrong answer (the rowsum(dO * O) term forgotten, the scale twice, an unmasked load past the
-end of a row that is not a multiple of the block, ...) fails with the hint that names it."""
+"""Tests for lesson 13's checks: the right answers pass; every catalogued mistake, and a
+planted bug written independently for each exercise, is refused with the hint that names it;
+the memory rules (a store outside a tensor, an element never written, a tile not skipped)
+are enforced; and the reader's kernels, as one differentiable function, match SDPA and
+autograd."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from attnlib_testing import assert_correct, assert_hint
 
-pytest.importorskip("triton")
+triton = pytest.importorskip("triton")
+import triton.language as tl  # noqa: E402
+
+from attnlib.exercises import lesson_13_kernels as kernels  # noqa: E402
+from attnlib.exercises.implement import _IMPLEMENTATIONS  # noqa: E402
+
+LABELS = ["13.1", "13.2", "13.3", "13.4", "13.5", "13.6", "13.7"]
+
+# ---------------------------------------------------------------------------------------
+# The right answers, written as a reader writes them (no catalogue switches)
+# ---------------------------------------------------------------------------------------
 
 
-def _tile_backward(Q, K, V, O, dO, L, scale):
+def tile_backward(Q, K, V, O, dO, L, scale):
     P = torch.exp(scale * Q @ K.mT - L[:, None])
     dS = P * (dO @ V.mT - (dO * O).sum(-1, keepdim=True))
     return scale * dS @ K, scale * dS.mT @ Q, P.mT @ dO
 
 
-def test_tile_backward_right(capsys):
-    assert_correct("13.1", _tile_backward, capsys)
+@triton.jit
+def softmax_kernel(X, Y, stride, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    ok = cols < n_cols
+    x = tl.load(X + row * stride + cols, mask=ok, other=float("-inf"))
+    z = tl.exp(x - tl.max(x, axis=0))
+    tl.store(Y + row * stride + cols, z / tl.sum(z, axis=0), mask=ok)
 
 
-def _no_rowsum(Q, K, V, O, dO, L, scale):
+@triton.jit
+def matmul_kernel(A, B, C, M, N, K, stride_a, stride_b, stride_c, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        a = tl.load(A + rows[:, None] * stride_a + ks[None, :],
+                    mask=(rows[:, None] < M) & (ks[None, :] < K), other=0.0)
+        b = tl.load(B + ks[:, None] * stride_b + cols[None, :],
+                    mask=(ks[:, None] < K) & (cols[None, :] < N), other=0.0)
+        acc += tl.dot(a, b, input_precision="ieee")
+    tl.store(C + rows[:, None] * stride_c + cols[None, :], acc,
+             mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+@triton.jit
+def forward_kernel(Q, K, V, O, L, stride_qh, stride_qn, stride_kh, stride_kn, N, M, d, scale,
+                   CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   BLOCK_D: tl.constexpr):
+    start_m = tl.program_id(0)
+    h = tl.program_id(1).to(tl.int64)
+    rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, BLOCK_D)
+    q_mask = (rows[:, None] < N) & (dims[None, :] < d)
+    q = tl.load(Q + h * stride_qh + rows[:, None] * stride_qn + dims[None, :], mask=q_mask,
+                other=0.0)
+    m = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    stop = M
+    if CAUSAL:
+        stop = tl.minimum(M, (start_m + 1) * BLOCK_M + M - N)
+    for start_n in range(0, stop, BLOCK_N):
+        keys = start_n + tl.arange(0, BLOCK_N)
+        kv_mask = (keys[:, None] < M) & (dims[None, :] < d)
+        at = h * stride_kh + keys[:, None] * stride_kn + dims[None, :]
+        k = tl.load(K + at, mask=kv_mask, other=0.0)
+        v = tl.load(V + at, mask=kv_mask, other=0.0)
+        s = scale * tl.dot(q, tl.trans(k), input_precision="ieee")
+        keep = keys[None, :] < M
+        if CAUSAL:
+            keep = keep & (keys[None, :] <= rows[:, None] + M - N)
+        s = tl.where(keep, s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, 1))
+        p = tl.exp(s - m_new[:, None])
+        alpha = tl.exp(m - m_new)
+        l = alpha * l + tl.sum(p, 1)
+        acc = alpha[:, None] * acc + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+        m = m_new
+    tl.store(O + h * stride_qh + rows[:, None] * stride_qn + dims[None, :],
+             (acc / l[:, None]).to(O.dtype.element_ty), mask=q_mask)
+    tl.store(L + h * N + rows, m + tl.log(l), mask=rows < N)
+
+
+@triton.jit
+def dkdv_kernel(Q, K, V, dO, L, D, dK, dV, stride_qh, stride_qn, stride_kh, stride_kn, N, M,
+                d, scale, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                BLOCK_D: tl.constexpr):
+    h = tl.program_id(1).to(tl.int64)
+    keys = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    dims = tl.arange(0, BLOCK_D)
+    kv_mask = (keys[:, None] < M) & (dims[None, :] < d)
+    at = h * stride_kh + keys[:, None] * stride_kn + dims[None, :]
+    k = tl.load(K + at, mask=kv_mask, other=0.0)
+    v = tl.load(V + at, mask=kv_mask, other=0.0)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    first = 0
+    if CAUSAL:
+        first = tl.maximum(0, tl.program_id(0) * BLOCK_N - (M - N)) // BLOCK_M * BLOCK_M
+    for start_m in range(first, N, BLOCK_M):
+        rows = start_m + tl.arange(0, BLOCK_M)
+        q_mask = (rows[:, None] < N) & (dims[None, :] < d)
+        qa = h * stride_qh + rows[:, None] * stride_qn + dims[None, :]
+        q = tl.load(Q + qa, mask=q_mask, other=0.0)
+        do = tl.load(dO + qa, mask=q_mask, other=0.0)
+        lse = tl.load(L + h * N + rows, mask=rows < N, other=0.0)
+        delta = tl.load(D + h * N + rows, mask=rows < N, other=0.0)
+        keep = (rows[:, None] < N) & (keys[None, :] < M)
+        if CAUSAL:
+            keep = keep & (keys[None, :] <= rows[:, None] + M - N)
+        p = tl.where(keep, tl.exp(scale * tl.dot(q, tl.trans(k), input_precision="ieee")
+                                  - lse[:, None]), 0.0)
+        dv += tl.dot(tl.trans(p), do, input_precision="ieee")
+        ds = p * (tl.dot(do, tl.trans(v), input_precision="ieee") - delta[:, None])
+        dk += scale * tl.dot(tl.trans(ds), q, input_precision="ieee")
+    tl.store(dK + at, dk, mask=kv_mask)
+    tl.store(dV + at, dv, mask=kv_mask)
+
+
+@triton.jit
+def dq_kernel(Q, K, V, dO, L, D, dQ, stride_qh, stride_qn, stride_kh, stride_kn, N, M, d,
+              scale, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              BLOCK_D: tl.constexpr):
+    start_m = tl.program_id(0)
+    h = tl.program_id(1).to(tl.int64)
+    rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, BLOCK_D)
+    q_mask = (rows[:, None] < N) & (dims[None, :] < d)
+    qa = h * stride_qh + rows[:, None] * stride_qn + dims[None, :]
+    q = tl.load(Q + qa, mask=q_mask, other=0.0)
+    do = tl.load(dO + qa, mask=q_mask, other=0.0)
+    lse = tl.load(L + h * N + rows, mask=rows < N, other=0.0)
+    delta = tl.load(D + h * N + rows, mask=rows < N, other=0.0)
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    stop = M
+    if CAUSAL:
+        stop = tl.minimum(M, (start_m + 1) * BLOCK_M + M - N)
+    for start_n in range(0, stop, BLOCK_N):
+        keys = start_n + tl.arange(0, BLOCK_N)
+        kv_mask = (keys[:, None] < M) & (dims[None, :] < d)
+        at = h * stride_kh + keys[:, None] * stride_kn + dims[None, :]
+        k = tl.load(K + at, mask=kv_mask, other=0.0)
+        v = tl.load(V + at, mask=kv_mask, other=0.0)
+        keep = (rows[:, None] < N) & (keys[None, :] < M)
+        if CAUSAL:
+            keep = keep & (keys[None, :] <= rows[:, None] + M - N)
+        p = tl.where(keep, tl.exp(scale * tl.dot(q, tl.trans(k), input_precision="ieee")
+                                  - lse[:, None]), 0.0)
+        ds = p * (tl.dot(do, tl.trans(v), input_precision="ieee") - delta[:, None])
+        dq += scale * tl.dot(ds, k, input_precision="ieee")
+    tl.store(dQ + qa, dq, mask=q_mask)
+
+
+RIGHT = {"13.1": tile_backward, "13.2": softmax_kernel, "13.3": matmul_kernel,
+         "13.4": forward_kernel, "13.5": forward_kernel, "13.6": dkdv_kernel,
+         "13.7": dq_kernel}
+
+
+@pytest.mark.parametrize("label", LABELS)
+def test_the_right_answers_pass(label, capsys):
+    assert_correct(label, RIGHT[label], capsys)
+
+
+@pytest.mark.parametrize("label", LABELS[1:])
+def test_attnlibs_own_kernels_pass(label, capsys):
+    """The kernels of lesson_13_kernels (BUG = 0) are what a piece falls back on."""
+    own = {"13.2": kernels.softmax_kernel, "13.3": kernels.matmul_kernel,
+           "13.4": kernels.forward_kernel, "13.5": kernels.forward_kernel,
+           "13.6": kernels.dkdv_kernel, "13.7": kernels.dq_kernel}
+    assert_correct(label, own[label], capsys)
+
+
+class _Answer(kernels.Bug):
+    """A catalogued mistake handed to check() as a reader's answer would be."""
+
+    def __call__(self, *args):  # the checks ask only that an answer be callable
+        raise TypeError("launch it through kernels.run_*")
+
+
+def _catalogue():
+    for label in LABELS:
+        for k, mistake in enumerate(_IMPLEMENTATIONS[label]().mistakes):
+            yield pytest.param(label, k, id=f"{label}-{k}")
+
+
+@pytest.mark.parametrize(("label", "k"), list(_catalogue()))
+def test_every_catalogued_mistake_is_refused_with_its_hint(label, k, capsys):
+    mistake = _IMPLEMENTATIONS[label]().mistakes[k]
+    answer = _Answer(*mistake.fn) if isinstance(mistake.fn, kernels.Bug) else mistake.fn
+    assert_hint(label, answer, mistake.hint, capsys)
+
+
+# ---------------------------------------------------------------------------------------
+# Planted bugs written independently of the catalogue: the slips the review met
+# ---------------------------------------------------------------------------------------
+
+
+def _ignores_scale(Q, K, V, O, dO, L, scale):
+    return tile_backward(Q, K, V, O, dO, L, Q.shape[-1] ** -0.5)
+
+
+def _rowsum_dp(Q, K, V, O, dO, L, scale):
     P = torch.exp(scale * Q @ K.mT - L[:, None])
-    dS = P * (dO @ V.mT)
+    dP = dO @ V.mT
+    dS = P * (dP - dP.sum(-1, keepdim=True))
     return scale * dS @ K, scale * dS.mT @ Q, P.mT @ dO
 
 
-def _scale_twice(Q, K, V, O, dO, L, scale):
-    dQ, dK, dV = _tile_backward(Q, K, V, O, dO, L, scale)
-    return scale * dQ, scale * dK, dV
+def _rebuilt_without_scale(Q, K, V, O, dO, L, scale):
+    P = torch.exp(Q @ K.mT - L[:, None])
+    dS = P * (dO @ V.mT - (dO * O).sum(-1, keepdim=True))
+    return scale * dS @ K, scale * dS.mT @ Q, P.mT @ dO
+
+
+def _dk_untransposed(Q, K, V, O, dO, L, scale):
+    dQ, _, dV = tile_backward(Q, K, V, O, dO, L, scale)
+    P = torch.exp(scale * Q @ K.mT - L[:, None])
+    dS = P * (dO @ V.mT - (dO * O).sum(-1, keepdim=True))
+    return dQ, scale * dS @ Q, dV
 
 
 @pytest.mark.parametrize(("answer", "hint"), [
-    (_no_rowsum, "forgetting the rowsum(dO * O) term"),
-    (_scale_twice, "the scale applied twice"),
+    (_ignores_scale, "the scale given is not 1/sqrt(d) here"),
+    (_rowsum_dp, "D = rowsum(dP) sums dP over the row unweighted"),
+    (_rebuilt_without_scale, "the scale is missing when P is rebuilt"),
+    (_dk_untransposed, "dK = scale dS^T Q"),
 ])
-def test_tile_backward_mistakes(answer, hint, capsys):
+def test_tile_backward_slips(answer, hint, capsys):
     assert_hint("13.1", answer, hint, capsys)
 
 
-def test_triton_softmax_right_and_wrong(capsys):
-    import triton
-    import triton.language as tl
+def test_tile_backward_names_the_output_that_is_off(capsys):
+    def dv_doubled(Q, K, V, O, dO, L, scale):
+        dQ, dK, dV = tile_backward(Q, K, V, O, dO, L, scale)
+        return dQ, dK, 2 * dV
+
+    assert_hint("13.1", dv_doubled, "dV is off by up to", capsys)
+
+
+@triton.jit
+def _softmax_unmasked_store(X, Y, stride, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(X + row * stride + cols, mask=cols < n_cols, other=float("-inf"))
+    z = tl.exp(x - tl.max(x, axis=0))
+    tl.store(Y + row * stride + cols, z / tl.sum(z, axis=0))
+
+
+@triton.jit
+def _softmax_row_length_stride(X, Y, stride, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    ok = cols < n_cols
+    x = tl.load(X + row * n_cols + cols, mask=ok, other=float("-inf"))
+    z = tl.exp(x - tl.max(x, axis=0))
+    tl.store(Y + row * n_cols + cols, z / tl.sum(z, axis=0), mask=ok)
+
+
+@triton.jit
+def _softmax_unmasked_load(X, Y, stride, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(X + row * stride + cols)
+    z = tl.exp(x - tl.max(x, axis=0))
+    tl.store(Y + row * stride + cols, z / tl.sum(z, axis=0), mask=cols < n_cols)
+
+
+@pytest.mark.parametrize(("answer", "hint"), [
+    (_softmax_unmasked_store, "a store without a mask writes past the row"),
+    (_softmax_row_length_stride, "row r starts at X + r * stride, not X + r * n_cols"),
+    (_softmax_unmasked_load, "a load without a mask reads past the row"),
+])
+def test_softmax_slips_the_interpreter_hides(answer, hint, capsys):
+    assert_hint("13.2", answer, hint, capsys)
+
+
+@triton.jit
+def _matmul_no_k_mask(A, B, C, M, N, K, stride_a, stride_b, stride_c, BLOCK_M: tl.constexpr,
+                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        a = tl.load(A + rows[:, None] * stride_a + ks[None, :], mask=rows[:, None] < M)
+        b = tl.load(B + ks[:, None] * stride_b + cols[None, :], mask=cols[None, :] < N)
+        acc += tl.dot(a, b)
+    tl.store(C + rows[:, None] * stride_c + cols[None, :], acc,
+             mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+def test_matmul_slip(capsys):
+    assert_hint("13.3", _matmul_no_k_mask, "the loads along K need a mask too", capsys)
+
+
+@triton.jit
+def _forward_top_left(Q, K, V, O, L, stride_qh, stride_qn, stride_kh, stride_kn, N, M, d,
+                      scale, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr,
+                      BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """The right kernel with the causal mask aligned top-left: keys <= rows."""
+    start_m = tl.program_id(0)
+    h = tl.program_id(1).to(tl.int64)
+    rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, BLOCK_D)
+    q_mask = (rows[:, None] < N) & (dims[None, :] < d)
+    q = tl.load(Q + h * stride_qh + rows[:, None] * stride_qn + dims[None, :], mask=q_mask,
+                other=0.0)
+    m = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    stop = M
+    if CAUSAL:
+        stop = tl.minimum(M, (start_m + 1) * BLOCK_M)
+    for start_n in range(0, stop, BLOCK_N):
+        keys = start_n + tl.arange(0, BLOCK_N)
+        kv_mask = (keys[:, None] < M) & (dims[None, :] < d)
+        at = h * stride_kh + keys[:, None] * stride_kn + dims[None, :]
+        k = tl.load(K + at, mask=kv_mask, other=0.0)
+        v = tl.load(V + at, mask=kv_mask, other=0.0)
+        s = scale * tl.dot(q, tl.trans(k))
+        keep = keys[None, :] < M
+        if CAUSAL:
+            keep = keep & (keys[None, :] <= rows[:, None])
+        s = tl.where(keep, s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, 1))
+        p = tl.exp(s - m_new[:, None])
+        alpha = tl.exp(m - m_new)
+        l = alpha * l + tl.sum(p, 1)
+        acc = alpha[:, None] * acc + tl.dot(p.to(v.dtype), v)
+        m = m_new
+    tl.store(O + h * stride_qh + rows[:, None] * stride_qn + dims[None, :],
+             (acc / l[:, None]).to(O.dtype.element_ty), mask=q_mask)
+    tl.store(L + h * N + rows, m + tl.log(l), mask=rows < N)
+
+
+def test_causal_slip(capsys):
+    assert_hint("13.5", _forward_top_left, "(bottom-right aligned)", capsys)
+
+
+def test_the_forward_of_13_4_without_causal_is_told_it_is_not_causal_yet(capsys):
+    """A correct non-causal kernel (13.4) submitted for 13.5 fails on the causal cases."""
 
     @triton.jit
-    def softmax_kernel(X, Y, stride, n_cols, BLOCK: tl.constexpr):
-        row = tl.program_id(0)
-        cols = tl.arange(0, BLOCK)
-        ok = cols < n_cols
-        x = tl.load(X + row * stride + cols, mask=ok, other=float("-inf"))
-        z = tl.exp(x - tl.max(x, axis=0))
-        tl.store(Y + row * stride + cols, z / tl.sum(z, axis=0), mask=ok)
+    def plain(Q, K, V, O, L, stride_qh, stride_qn, stride_kh, stride_kn, N, M, d, scale,
+              CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              BLOCK_D: tl.constexpr):
+        forward_kernel.fn(Q, K, V, O, L, stride_qh, stride_qn, stride_kh, stride_kn, N, M, d,
+                          scale, False, BLOCK_M, BLOCK_N, BLOCK_D)
 
-    @triton.jit
-    def unmasked_kernel(X, Y, stride, n_cols, BLOCK: tl.constexpr):
-        row = tl.program_id(0)
-        cols = tl.arange(0, BLOCK)
-        x = tl.load(X + row * stride + cols)
-        z = tl.exp(x - tl.max(x, axis=0))
-        tl.store(Y + row * stride + cols, z / tl.sum(z, axis=0), mask=cols < n_cols)
+    from attnlib import exercises
 
-    @triton.jit
-    def zero_padded_kernel(X, Y, stride, n_cols, BLOCK: tl.constexpr):
-        row = tl.program_id(0)
-        cols = tl.arange(0, BLOCK)
-        ok = cols < n_cols
-        x = tl.load(X + row * stride + cols, mask=ok, other=0.0)
-        z = tl.exp(x - tl.max(x, axis=0))
-        tl.store(Y + row * stride + cols, z / tl.sum(z, axis=0), mask=ok)
-
-    assert_correct("13.2", softmax_kernel, capsys)
-    assert_hint("13.2", unmasked_kernel, "reads out of bounds: n_cols = 10 is not a multiple",
-                capsys)
-    assert_hint("13.2", zero_padded_kernel, "other=float('-inf')", capsys)
+    assert exercises.check("13.4", plain)
+    capsys.readouterr()
+    result = exercises.check("13.5", plain)
+    assert result.status == "incorrect"
+    assert "the kernel ignores CAUSAL" in capsys.readouterr().out
 
 
-def test_triton_softmax_stub_error_and_plain_function(capsys):
-    """The three behaviours every check has, with kernels: a kernel whose body is ``raise
-    NotImplementedError`` is not implemented yet; an error in the reader's kernel shows the
-    reader's line, not Triton's; an unrelated wrong kernel gets the first case; and a
-    function without @triton.jit is told so."""
-    import triton
-    import triton.language as tl
+@triton.jit
+def _dkdv_without_d(Q, K, V, dO, L, D, dK, dV, stride_qh, stride_qn, stride_kh, stride_kn,
+                    N, M, d, scale, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    h = tl.program_id(1).to(tl.int64)
+    keys = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    dims = tl.arange(0, BLOCK_D)
+    kv_mask = (keys[:, None] < M) & (dims[None, :] < d)
+    at = h * stride_kh + keys[:, None] * stride_kn + dims[None, :]
+    k = tl.load(K + at, mask=kv_mask, other=0.0)
+    v = tl.load(V + at, mask=kv_mask, other=0.0)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    first = 0
+    if CAUSAL:
+        first = tl.maximum(0, tl.program_id(0) * BLOCK_N - (M - N)) // BLOCK_M * BLOCK_M
+    for start_m in range(first, N, BLOCK_M):
+        rows = start_m + tl.arange(0, BLOCK_M)
+        q_mask = (rows[:, None] < N) & (dims[None, :] < d)
+        qa = h * stride_qh + rows[:, None] * stride_qn + dims[None, :]
+        q = tl.load(Q + qa, mask=q_mask, other=0.0)
+        do = tl.load(dO + qa, mask=q_mask, other=0.0)
+        lse = tl.load(L + h * N + rows, mask=rows < N, other=0.0)
+        keep = (rows[:, None] < N) & (keys[None, :] < M)
+        if CAUSAL:
+            keep = keep & (keys[None, :] <= rows[:, None] + M - N)
+        p = tl.where(keep, tl.exp(scale * tl.dot(q, tl.trans(k)) - lse[:, None]), 0.0)
+        dv += tl.dot(tl.trans(p), do)
+        ds = p * tl.dot(do, tl.trans(v))
+        dk += scale * tl.dot(tl.trans(ds), q)
+    tl.store(dK + at, dk, mask=kv_mask)
+    tl.store(dV + at, dv, mask=kv_mask)
 
+
+def test_dkdv_slip(capsys):
+    assert_hint("13.6", _dkdv_without_d, "without the row term D = rowsum(dO * O)", capsys)
+
+
+@triton.jit
+def _dq_unmasked_causal(Q, K, V, dO, L, D, dQ, stride_qh, stride_qn, stride_kh, stride_kn, N,
+                        M, d, scale, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr,
+                        BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    dq_kernel.fn(Q, K, V, dO, L, D, dQ, stride_qh, stride_qn, stride_kh, stride_kn, N, M, d,
+                 scale, False, BLOCK_M, BLOCK_N, BLOCK_D)
+
+
+def test_dq_slip(capsys):
+    assert_hint("13.7", _dq_unmasked_causal, "the kernel ignores CAUSAL", capsys)
+
+
+# ---------------------------------------------------------------------------------------
+# The three behaviours every check has, with kernels
+# ---------------------------------------------------------------------------------------
+
+
+def test_a_stub_an_error_and_a_plain_function(capsys):
     from attnlib import exercises
 
     @triton.jit
@@ -104,7 +447,6 @@ def test_triton_softmax_stub_error_and_plain_function(capsys):
     assert result.status == "incorrect"
     assert "  in broken_kernel, line" in result.message
     assert "x @ x" in result.message
-    assert "triton" not in result.message.split("\n", 1)[1].split(":")[0]
     assert "InterpreterError" not in result.message
 
     @triton.jit
@@ -124,7 +466,99 @@ def test_triton_softmax_stub_error_and_plain_function(capsys):
         pass
 
     result = exercises.check("13.2", plain)
-    assert result.status == "incorrect"
     assert "plain is a plain Python function, not a Triton kernel: put @triton.jit" \
         in result.message
     capsys.readouterr()
+
+
+# ---------------------------------------------------------------------------------------
+# The memory rules, directly
+# ---------------------------------------------------------------------------------------
+
+
+def test_a_far_store_is_stopped_before_it_touches_memory():
+    """A store a million elements past the end would corrupt the Python process in the
+    interpreter; the watch refuses it before it happens."""
+    from attnlib.exercises.triton_checks import CheckFailedError, Guarded, launch
+
+    @triton.jit
+    def far(Y):
+        tl.store(Y + 1_000_000 + tl.arange(0, 16), tl.zeros([16], dtype=tl.float32))
+
+    Y = Guarded("Y", (16,), dtype=torch.float32, device="cpu")
+    if not kernels._flash.interpreting():
+        pytest.skip("the watch runs in the interpreter only")
+    with pytest.raises(CheckFailedError, match="outside every tensor it was given"):
+        launch(far, (1,), (Y.view,), {}, (Y,))
+    assert bool(Y.buffer.isfinite().logical_not().any())  # untouched: still the NaN payload
+
+
+def test_guard_bands_catch_what_the_watch_would_after_the_launch():
+    """Compiled on a GPU nothing is watched: the guard bands and the payload NaNs are checked
+    after the launch. Here the damage is done by hand, as such a kernel would."""
+    from attnlib.exercises.triton_checks import CheckFailedError, Guarded
+
+    out = Guarded("O", (2, 3, 4), dtype=torch.float32, device="cpu", pad_cols=2, pad_rows=1)
+    out.view.fill_(1.0)
+    out.check_after()  # every element written, nothing outside
+    out.buffer[out.before + 4] = 0.0  # row 0, column 4: the padding
+    with pytest.raises(CheckFailedError, match=r"stored outside O, at head 0, row 0, column 4"):
+        out.check_after()
+    out = Guarded("O", (2, 3, 4), dtype=torch.float32, device="cpu")
+    out.view[:, :2].fill_(1.0)
+    with pytest.raises(CheckFailedError, match=r"8 elements of O were never written, the "
+                                               r"first at head 0, row 2, column 0"):
+        out.check_after()
+    inp = Guarded("K", (3, 4), dtype=torch.float32, device="cpu", data=torch.ones(3, 4))
+    inp.view[1, 1] = 5.0
+    with pytest.raises(CheckFailedError, match="stored into K, one of its inputs"):
+        inp.check_after()
+
+
+def test_a_computed_nan_is_not_mistaken_for_an_unwritten_element():
+    from attnlib.exercises.triton_checks import Guarded
+
+    out = Guarded("O", (3, 4), dtype=torch.float32, device="cpu")
+    out.view.fill_(float("nan"))  # what 0/0 gives: another NaN than the payload
+    out.check_after()
+
+
+# ---------------------------------------------------------------------------------------
+# The reader's kernels as one function
+# ---------------------------------------------------------------------------------------
+
+
+def _sdpa(Q, K, V, causal):
+    H, G, N, M = Q.shape[1], K.shape[1], Q.shape[2], K.shape[2]
+    mask = torch.ones(N, M, dtype=torch.bool).tril(M - N) if causal else None
+    return F.scaled_dot_product_attention(Q, K.repeat_interleave(H // G, 1),
+                                          V.repeat_interleave(H // G, 1), attn_mask=mask,
+                                          scale=0.3)
+
+
+@pytest.mark.parametrize("whose", ["attnlib", "yours"])
+@pytest.mark.parametrize(("causal", "blocks"), [(False, (16, 32)), (True, (32, 16))])
+def test_reader_flash_attention_matches_sdpa_and_autograd(whose, causal, blocks):
+    pieces = {} if whose == "attnlib" else \
+        {"forward": forward_kernel, "dkdv": dkdv_kernel, "dq": dq_kernel}
+    attend = kernels.reader_flash_attention(**pieces)
+    assert set(attend.whose.values()) == {whose}
+    g = torch.Generator().manual_seed(0)
+    Q = torch.randn(2, 4, 40, 16, generator=g).requires_grad_()
+    K, V = (torch.randn(2, 2, 57, 16, generator=g).requires_grad_() for _ in range(2))
+    dO = torch.randn(2, 4, 40, 16, generator=g)
+    O = attend(Q, K, V, causal=causal, scale=0.3, block_m=blocks[0], block_n=blocks[1])
+    ref = _sdpa(Q, K, V, causal)
+    torch.testing.assert_close(O, ref, atol=2e-5, rtol=2e-5)
+    got = torch.autograd.grad(O, (Q, K, V), dO)
+    want = torch.autograd.grad(ref, (Q, K, V), dO)
+    for name, a, b in zip(("dQ", "dK", "dV"), got, want, strict=True):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=2e-5, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_reader_flash_attention_refuses_what_is_not_a_kernel():
+    with pytest.raises(TypeError, match="dkdv must be a Triton kernel .* got function"):
+        kernels.reader_flash_attention(dkdv=tile_backward)
+    attend = kernels.reader_flash_attention()
+    with pytest.raises(ValueError, match="H=3, G=2"):
+        attend(torch.randn(1, 3, 8, 16), torch.randn(1, 2, 8, 16), torch.randn(1, 2, 8, 16))

@@ -51,6 +51,8 @@ _ATTNLIB = os.path.dirname(_HERE)
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.float32: (1e-4, 1e-5),
     torch.float64: (1e-9, 1e-11),
+    torch.float16: (2e-3, 2e-3),
+    torch.bfloat16: (1.6e-2, 1.6e-2),
 }
 
 
@@ -92,6 +94,8 @@ class Implementation:
         cases: the cases, in the order they are tried.
         mistakes: the catalogued misconceptions, tried in order.
         z: for statistical cases, how many standard errors two means may differ by.
+        outputs: the names of the outputs in the messages (``("dQ", "dK", "dV")``);
+            "output 0", "output 1", ... when empty.
     """
 
     what: str
@@ -99,6 +103,7 @@ class Implementation:
     cases: Sequence[Case]
     mistakes: Sequence[Mistake] = field(default_factory=tuple)
     z: float = 5.0
+    outputs: Sequence[str] = ()
 
 
 _IMPLEMENTATIONS: dict[str, Callable[[], Implementation]] = {}
@@ -134,6 +139,12 @@ class NotImplementedYetError(Exception):
     """Raised by :func:`run_implementation` when the reader's stub is still a stub."""
 
 
+class CheckFailedError(Exception):
+    """Raised by a case's ``run`` when the reader's code broke a rule the outputs alone do
+    not show (a store outside a tensor, an element never written, a tile that should have
+    been skipped); the message says which and where."""
+
+
 def _theirs(exc: BaseException) -> str:
     """The reader's exception, with the frames of their own code only (no file paths)."""
     hidden = [_ATTNLIB, os.path.dirname(torch.__file__)]
@@ -159,6 +170,10 @@ def _run(case: Case, fn: object, *, reader: bool) -> tuple[object, ...]:
         return _outputs(case.run(fn))
     except NotImplementedError as exc:
         raise _ReaderError("", not_implemented=True) from exc
+    except CheckFailedError as exc:
+        raise _ReaderError(f"case '{case.name}'"
+                           f"{' (' + case.shapes + ')' if case.shapes else ''} fails: "
+                           f"{exc}.") from exc
     except Exception as exc:
         raise _ReaderError(f"your code raised an error on case '{case.name}'"
                       f"{' (' + case.shapes + ')' if case.shapes else ''}:\n"
@@ -173,7 +188,7 @@ def _index(flat: int, shape: torch.Size) -> tuple[int, ...]:
     return tuple(reversed(index))
 
 
-def _differ(got: object, expected: torch.Tensor, name: str) -> str | None:
+def differ(got: object, expected: torch.Tensor, name: str) -> str | None:
     """Why one output differs from the expected tensor, or None when it agrees."""
     if not isinstance(got, torch.Tensor):
         return f"{name} is a {type(got).__name__}, expected a tensor"
@@ -226,12 +241,14 @@ def _close_statistical(got: object, expected: torch.Tensor, name: str, z: float)
             f"({score[where].item():.0f} standard errors away)")
 
 
-def _mismatch(got: tuple, expected: tuple, case: Case, z: float) -> str | None:
+def _mismatch(got: tuple, expected: tuple, case: Case, z: float,
+              names: Sequence[str] = ()) -> str | None:
     if len(got) != len(expected):
         return f"returned {len(got)} outputs, expected {len(expected)}"
     for k, (g, e) in enumerate(zip(got, expected, strict=True)):
-        name = "the output" if len(expected) == 1 else f"output {k}"
-        why = _close_statistical(g, e, name, z) if case.statistical else _differ(g, e, name)
+        name = names[k] if k < len(names) else \
+            "the output" if len(expected) == 1 else f"output {k}"
+        why = _close_statistical(g, e, name, z) if case.statistical else differ(g, e, name)
         if why:
             return why
     return None
@@ -265,8 +282,7 @@ def run_implementation(spec: Implementation, answer: object) -> str | None:
     """
     if not callable(answer):
         return f"expected {spec.what}; got a {type(answer).__name__}."
-    expected = [_run(case, spec.reference, reader=False) for case in spec.cases]
-    got = []
+    got = []  # the reader's outputs first: a stub costs no reference run
     try:
         for case in spec.cases:
             got.append(_run(case, answer, reader=True))
@@ -275,7 +291,8 @@ def run_implementation(spec: Implementation, answer: object) -> str | None:
             raise NotImplementedYetError from None
         hint = _raising_mistake(spec, got, raised.__cause__)
         return raised.text if hint is None else f"{hint}\n{raised.text}"
-    failures = [(i, _mismatch(g, e, spec.cases[i], spec.z))
+    expected = [_run(case, spec.reference, reader=False) for case in spec.cases]
+    failures = [(i, _mismatch(g, e, spec.cases[i], spec.z, spec.outputs))
                 for i, (g, e) in enumerate(zip(got, expected, strict=True))]
     failures = [(i, why) for i, why in failures if why]
     if not failures:

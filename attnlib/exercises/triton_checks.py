@@ -1,0 +1,288 @@
+"""Running a reader's Triton kernel where its mistakes show: guard bands, unwritten outputs,
+and, in Triton's interpreter, every address it touches.
+
+A kernel that is wrong in its memory accesses often still returns the right numbers on the
+interpreter: programs run one after another, so a stray store is overwritten by the program
+that owns that element, or lands in memory nobody checks, or, past the end of an allocation,
+corrupts the Python process itself. The checks of lesson 13 therefore run a reader's kernel
+on tensors laid out to make each of those visible:
+
+- every tensor lives inside a larger buffer (:class:`Guarded`): guard bands before and after
+  it, a gap between its heads and padding at the end of each row, so that its strides differ
+  from its row length and a small overrun lands in memory the check owns;
+- outputs start filled with a NaN of a payload no arithmetic produces (:data:`UNWRITTEN`), so
+  an element no program wrote is told apart from a NaN the kernel computed;
+- after the launch, a guard band that changed is a store outside the tensor, an input that
+  changed is a store into an input, and a payload NaN left in an output is an element never
+  written;
+- in the interpreter, :func:`launch` also watches each ``tl.load`` and ``tl.store`` before
+  it happens: an address outside the tensor's elements (in a guard band, or outside every
+  tensor the kernel was given) stops the kernel with :class:`CheckFailedError` before any byte
+  is read or written there, so a store past the end cannot crash the kernel of Jupyter. The
+  watch also records which rows of each tensor every program loaded, which is how a check
+  sees that a causal kernel visits tiles it could skip.
+
+On a GPU the kernel is compiled and runs unwatched; the guard bands and the payload NaNs
+still catch a store that overruns by less than a tile, after the launch.
+
+Lesson: 13_attention_as_a_kernel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import torch
+import triton
+
+import attnlib.kernels.triton_flash as _flash  # sets TRITON_INTERPRET before a kernel is made
+from attnlib.exercises.implement import CheckFailedError
+
+__all__ = ["GUARD", "UNWRITTEN", "CheckFailedError", "Guarded", "launch", "watched"]
+
+GUARD = 50.0
+"""What the guard bands and the padding hold: a load that strays there reads 50s, which a
+softmax cannot hide, and a store that strays there changes them."""
+
+UNWRITTEN: dict[torch.dtype, tuple[torch.dtype, int]] = {
+    torch.float32: (torch.int32, 0x7FC0DEAD),
+    torch.float16: (torch.int16, 0x7D5A),
+    torch.bfloat16: (torch.int16, 0x7FA5),
+}
+"""Per dtype, the bits of the NaN an output starts as (an integer view and its value); the
+NaNs that arithmetic makes have other bits."""
+
+
+class Guarded:
+    """A tensor of ``shape`` inside a larger buffer, with guard bands, padded rows and a gap
+    between heads.
+
+    ``shape`` is ``(heads, rows, cols)``, ``(rows, cols)`` or ``(n,)``; element
+    ``(h, r, c)`` lies at ``h * stride_h + r * stride_r + c`` from :attr:`view`'s first
+    element, with ``stride_r = cols + pad_cols`` and ``stride_h = rows * stride_r +
+    pad_rows * stride_r``. Everything that is not an element holds :data:`GUARD`.
+
+    Args:
+        name: the tensor's name in messages ("O", "dK").
+        shape: its shape.
+        dtype, device: where it lives.
+        data: the input's values; ``None`` makes an output, filled with :data:`UNWRITTEN`.
+        pad_cols: numbers of padding after each row (the row stride exceeds the row by it).
+        pad_rows: rows of padding between heads.
+        guard: rows of guard band before the first head and after the last.
+    """
+
+    def __init__(self, name: str, shape: Sequence[int], *, dtype: torch.dtype,
+                 device: torch.device | str, data: torch.Tensor | None = None,
+                 pad_cols: int = 0, pad_rows: int = 0, guard: int = 64) -> None:
+        self.name, self.shape, self.dtype = name, tuple(shape), dtype
+        self.output = data is None
+        full = (1,) * (3 - len(self.shape)) + self.shape
+        self.heads, self.rows, self.cols = full
+        self.stride_r = self.cols + pad_cols
+        self.stride_h = (self.rows + pad_rows) * self.stride_r
+        self.before = guard * self.stride_r + 64
+        size = self.before + self.heads * self.stride_h + self.before
+        self.buffer = torch.full((size,), GUARD, dtype=dtype, device=device)
+        self._view3 = self.buffer.as_strided(full, (self.stride_h, self.stride_r, 1),
+                                             self.before)
+        if self.output:
+            int_dtype, bits = UNWRITTEN[dtype]
+            self._view3.view(int_dtype).fill_(bits)
+        else:
+            self._view3.copy_(data.reshape(full))
+        inside = torch.zeros(size, dtype=torch.bool)
+        inside.as_strided(full, (self.stride_h, self.stride_r, 1), self.before).fill_(True)
+        self.inside = inside.numpy()
+        self.before_launch = self.buffer.clone()
+
+    @property
+    def view(self) -> torch.Tensor:
+        """The tensor the kernel is given: ``shape``, inside the buffer."""
+        return self._view3.reshape(self.shape) if len(self.shape) < 3 else self._view3
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """The strides of :attr:`view`, in elements: (``stride_h``,) ``stride_r``, 1."""
+        return tuple(self.view.stride())
+
+    def where(self, element: int) -> str:
+        """Element ``element`` of the buffer, in words: which (head,) row and column, or which
+        band of guard or padding."""
+        off = element - self.before
+        if off < 0:
+            return f"{-off} numbers before {self.name}'s first element"
+        h, rest = divmod(off, self.stride_h)
+        r, c = divmod(rest, self.stride_r)
+        if h >= self.heads:
+            return f"{off - self.heads * self.stride_h + 1} numbers past {self.name}'s end"
+        head = f"head {h}, " if len(self.shape) == 3 else ""
+        if len(self.shape) == 1:
+            return f"index {off}, past its {self.cols} elements" if c >= self.cols else \
+                f"index {off}"
+        if r >= self.rows:
+            return (f"{head}row {r} of a tensor with {self.rows} rows (the gap between "
+                    "heads)" if h < self.heads - 1 else f"{head}row {r}, past its {self.rows} rows")
+        if c >= self.cols:
+            return (f"{head}row {r}, column {c}, past the row's {self.cols} numbers (the "
+                    f"padding before the next row: the row stride is {self.stride_r})")
+        return f"{head}row {r}, column {c}"
+
+    def rows_of(self, elements: np.ndarray) -> np.ndarray:
+        """The (head-local) row of each element of the buffer given, for the watch's record."""
+        return ((elements - self.before) % self.stride_h) // self.stride_r
+
+    def result(self) -> torch.Tensor:
+        """A copy of the output, after the checks of :func:`launch`."""
+        return self.view.clone()
+
+    def check_after(self) -> None:
+        """Raise :class:`CheckFailedError` if the kernel wrote outside this tensor, into it while
+        it is an input, or left an element of it unwritten."""
+        now, then = self.buffer.cpu(), self.before_launch.cpu()
+        changed = (now.view(UNWRITTEN[self.dtype][0]) != then.view(UNWRITTEN[self.dtype][0]))
+        changed = changed.numpy()
+        if not self.output and changed.any():
+            first = int(np.flatnonzero(changed)[0])
+            raise CheckFailedError(f"the kernel stored into {self.name}, one of its inputs "
+                               f"({self.where(first)}): only the outputs are written")
+        outside = changed & ~self.inside
+        if outside.any():
+            first = int(np.flatnonzero(outside)[0])
+            raise CheckFailedError(f"the kernel stored outside {self.name}, at "
+                                   f"{self.where(first)}: a store needs the same mask as "
+                                   "the load, so that the lanes past the end of the tensor "
+                                   "write nothing")
+        if self.output:
+            int_dtype, bits = UNWRITTEN[self.dtype]
+            left = (now.view(int_dtype) == bits).numpy() & self.inside
+            if left.any():
+                first = int(np.flatnonzero(left)[0])
+                count = int(left.sum())
+                raise CheckFailedError(f"{count} elements of {self.name} were never written, the "
+                                   f"first at {self.where(first)}: every element needs a "
+                                   "program that stores it (the grid, or a mask that is too "
+                                   "strict?)")
+
+
+class _Watch:
+    """The addresses a launch may touch, and the rows each program loaded."""
+
+    def __init__(self, tensors: Sequence[Guarded]) -> None:
+        self.tensors = list(tensors)
+        self.loads: dict[str, dict[tuple[int, int, int], set[int]]] = {
+            g.name: {} for g in self.tensors}
+
+    def check(self, ptrs: np.ndarray, mask: np.ndarray, store: bool, program) -> None:
+        active = ptrs[np.broadcast_to(mask, ptrs.shape)].astype(np.uint64).ravel()
+        if active.size == 0:
+            return
+        verb = "stores to" if store else "loads from"
+        claimed = np.zeros(active.shape, dtype=bool)
+        for g in self.tensors:
+            lo = g.buffer.data_ptr()
+            size = g.buffer.element_size()
+            mine = (active >= lo) & (active < lo + g.buffer.numel() * size)
+            if not mine.any():
+                continue
+            claimed |= mine
+            elements = ((active[mine] - lo) // size).astype(np.int64)
+            stray = ~g.inside[elements]
+            if stray.any():
+                where = g.where(int(elements[stray][0]))
+                rule = ("a store needs a mask that turns off the lanes past the end"
+                        if store else "a load needs a mask (and other=) for the lanes past "
+                        "the end, and each row starts at the row stride, not the row length")
+                raise CheckFailedError(f"the kernel {verb} {g.name} outside its elements, at "
+                                   f"{where}: {rule}")
+            if store and not g.output:
+                raise CheckFailedError(f"the kernel stores into {g.name}, one of its inputs "
+                                   f"({g.where(int(elements[0]))}): only the outputs are "
+                                   "written")
+            if not store:
+                rows = self.loads[g.name].setdefault(program, set())
+                rows.update(int(r) for r in np.unique(g.rows_of(elements)))
+        if not claimed.all():
+            raise CheckFailedError(f"the kernel {verb} an address outside every tensor it was "
+                               "given (a pointer offset far off: the strides, the program's "
+                               "base offset?); the check stopped it before it touched memory")
+
+
+@contextlib.contextmanager
+def watched(tensors: Sequence[Guarded]) -> Iterator[_Watch]:
+    """Check every load and store of the interpreter against ``tensors`` while inside."""
+    from triton.runtime import interpreter
+
+    builder = interpreter.interpreter_builder
+    watch = _Watch(tensors)
+    load, store = builder.create_masked_load, builder.create_masked_store
+
+    def program():
+        return tuple(int(i) for i in builder.grid_idx)
+
+    def checked_load(ptrs, mask, other, cache_policy, is_volatile):
+        watch.check(ptrs.data, mask.data, False, program())
+        return load(ptrs, mask, other, cache_policy, is_volatile)
+
+    def checked_store(ptrs, value, mask, cache_policy):
+        watch.check(ptrs.data, mask.data, True, program())
+        return store(ptrs, value, mask, cache_policy)
+
+    builder.create_masked_load, builder.create_masked_store = checked_load, checked_store
+    try:
+        yield watch
+    finally:
+        del builder.create_masked_load, builder.create_masked_store
+
+
+def is_kernel(fn: object) -> bool:
+    """Whether ``fn`` is a Triton kernel (a function under ``@triton.jit``)."""
+    return isinstance(fn, triton.runtime.KernelInterface)
+
+
+def launch(kernel, grid: tuple[int, ...], args: Sequence[object], meta: dict,
+           tensors: Sequence[Guarded] = ()) -> _Watch | None:
+    """Run ``kernel[grid](*args, **meta)``, with every tensor of ``tensors`` checked.
+
+    In the interpreter the loads and stores are watched as they happen; compiled, the guard
+    bands are checked afterwards. An error inside the kernel is raised as itself (the
+    interpreter wraps it), so a check shows the reader's own line, and a stub whose body is
+    ``raise NotImplementedError`` counts as not implemented yet.
+
+    Returns:
+        The watch (its ``loads`` record which rows each program read) in the interpreter,
+        else None.
+
+    Raises:
+        TypeError: ``kernel`` is a plain Python function.
+        CheckFailedError: a rule of memory broken, with where.
+    """
+    if not is_kernel(kernel):
+        raise TypeError(f"{getattr(kernel, '__name__', 'the answer')} is a plain Python "
+                        "function, not a Triton kernel: put @triton.jit on the line above "
+                        "its def")
+    watch = None
+    try:
+        if _flash.interpreting() and tensors:
+            with watched(tensors) as watch:
+                kernel[grid](*args, **meta)
+        else:
+            kernel[grid](*args, **meta)
+    except Exception as exc:
+        inner = exc.__cause__
+        if type(exc).__name__ == "InterpreterError" and isinstance(inner, Exception):
+            raise inner.with_traceback(inner.__traceback__) from None
+        if type(exc).__name__ == "CompilationError" and "NotImplementedError" in str(exc):
+            raise NotImplementedError from None  # a compiled stub (on a GPU)
+        raise
+    for g in tensors:
+        g.check_after()
+    return watch
+
+
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)``, the number of blocks of ``b`` that cover ``a``."""
+    return math.ceil(a / b)
