@@ -194,7 +194,7 @@ class _Answer(kernels.Bug):
 
 def _catalogue():
     for label in LABELS:
-        for k, mistake in enumerate(_IMPLEMENTATIONS[label]().mistakes):
+        for k, _mistake in enumerate(_IMPLEMENTATIONS[label]().mistakes):
             yield pytest.param(label, k, id=f"{label}-{k}")
 
 
@@ -557,7 +557,7 @@ def test_reader_flash_attention_matches_sdpa_and_autograd(whose, causal, blocks)
 
 
 def test_reader_flash_attention_refuses_what_is_not_a_kernel():
-    with pytest.raises(TypeError, match="dkdv must be a Triton kernel .* got function"):
+    with pytest.raises(TypeError, match=r"dkdv must be a Triton kernel .* got function"):
         kernels.reader_flash_attention(dkdv=tile_backward)
     attend = kernels.reader_flash_attention()
     with pytest.raises(ValueError, match="H=3, G=2"):
