@@ -306,3 +306,27 @@ def test_committed_results_are_full_runs_named_after_their_device(report):
         assert results["quick"] is False, f"{path} holds a --quick run"
         assert results["checks_passed"] is True, path
         assert len(results["targets"]) == len(report.TARGET_ROWS), path
+
+
+def _bench_kernels() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_kernels", BENCHMARKS / "bench_kernels.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_kernels_covers_the_grid_and_times_nothing_without_a_gpu(capsys, tmp_path):
+    """fp16 and bf16, d 64 and 128, causal and not, N 512 to 16,384; on a CPU it says that
+    the interpreter's times would mean nothing, writes nothing, and exits 0."""
+    bench = _bench_kernels()
+    grid = bench.cases(quick=False)
+    assert len(grid) == 2 * 2 * 2 * 6
+    assert {c["N"] for c in grid} == {512, 1024, 2048, 4096, 8192, 16384}
+    assert {c["d"] for c in grid} == {64, 128} and {c["causal"] for c in grid} == {False, True}
+    assert bench.card_slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
+    if bench.torch.cuda.is_available():
+        pytest.skip("a GPU is here: the benchmark would time the full grid")
+    out = tmp_path / "kernels.json"
+    assert bench.main(["--out", str(out)]) == 0
+    assert "nothing is timed" in capsys.readouterr().out
+    assert not out.exists()

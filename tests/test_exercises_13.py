@@ -562,3 +562,26 @@ def test_reader_flash_attention_refuses_what_is_not_a_kernel():
     attend = kernels.reader_flash_attention()
     with pytest.raises(ValueError, match="H=3, G=2"):
         attend(torch.randn(1, 3, 8, 16), torch.randn(1, 2, 8, 16), torch.randn(1, 2, 8, 16))
+
+
+def test_counted_dots_sees_each_kernels_products():
+    """Forward: Q K^T and P V per pair of tiles; dK/dV: Q K^T, dO V^T, P^T dO and dS^T Q;
+    dQ: Q K^T, dO V^T and dS K. Causal, the skipped pairs make no product."""
+    from attnlib.exercises.triton_checks import counted_dots
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v, do = (torch.randn(1, 48, 16, generator=g) for _ in range(4))
+    L, D = torch.zeros(1, 48), torch.zeros(1, 48)
+    args = dict(scale=0.25, block_m=16, block_n=16, guarded=False)
+    for causal, pairs in ((False, 9), (True, 6)):
+        with counted_dots() as fwd:
+            kernels.run_forward(kernels.forward_kernel, q, k, v, causal=causal, **args)
+        with counted_dots() as dkdv:
+            kernels.run_dkdv(kernels.dkdv_kernel, q, k, v, do, L, D, causal=causal, **args)
+        with counted_dots() as dq:
+            kernels.run_dq(kernels.dq_kernel, q, k, v, do, L, D, causal=causal, **args)
+        assert (fwd.products, dkdv.products, dq.products) == (2 * pairs, 4 * pairs, 3 * pairs)
+        assert fwd.flops == 2 * pairs * 2 * 16 * 16 * 16
+    with counted_dots() as none:
+        pass
+    assert none.products == 0 and none.flops == 0

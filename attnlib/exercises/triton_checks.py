@@ -41,7 +41,8 @@ import triton
 import attnlib.kernels.triton_flash as _flash  # sets TRITON_INTERPRET before a kernel is made
 from attnlib.exercises.implement import CheckFailedError
 
-__all__ = ["GUARD", "UNWRITTEN", "CheckFailedError", "Guarded", "launch", "watched"]
+__all__ = ["GUARD", "UNWRITTEN", "CheckFailedError", "DotCount", "Guarded", "counted_dots",
+           "launch", "watched"]
 
 GUARD = 50.0
 """What the guard bands and the padding hold: a load that strays there reads 50s, which a
@@ -236,6 +237,62 @@ def watched(tensors: Sequence[Guarded]) -> Iterator[_Watch]:
         yield watch
     finally:
         del builder.create_masked_load, builder.create_masked_store
+
+
+class DotCount:
+    """The tile products (``tl.dot``) a launch made in the interpreter: ``shapes`` lists
+    ``(m, n, k)`` of each, ``products`` counts them, ``flops`` adds ``2 m n k`` over them."""
+
+    def __init__(self) -> None:
+        self.shapes: list[tuple[int, int, int]] = []
+
+    @property
+    def products(self) -> int:
+        return len(self.shapes)
+
+    @property
+    def flops(self) -> int:
+        return sum(2 * m * n * k for m, n, k in self.shapes)
+
+
+@contextlib.contextmanager
+def counted_dots() -> Iterator[DotCount]:
+    """Count every ``tl.dot`` the interpreter computes while inside (the products of a
+    kernel, measured on the kernel that runs rather than read off its source).
+
+    Raises:
+        RuntimeError: Triton is not interpreting (a compiled kernel's products cannot be
+            seen from Python).
+
+    Example:
+        >>> import torch
+        >>> from attnlib.kernels.triton_flash import flash_attention
+        >>> q = torch.randn(1, 1, 32, 16)
+        >>> with counted_dots() as count:
+        ...     _ = flash_attention(q, q, q, block_m=16, block_n=16)
+        >>> count.products  # 2 query tiles x 2 key tiles x (Q K^T, then P V)
+        8
+    """
+    from triton.runtime import interpreter
+
+    if not _flash.interpreting():
+        raise RuntimeError("counted_dots needs Triton's interpreter (TRITON_INTERPRET=1, the "
+                           "default without a GPU): a compiled kernel's products are not "
+                           "visible from Python")
+    builder = interpreter.interpreter_builder
+    count = DotCount()
+    dot = builder.create_dot
+
+    def counting_dot(a, b, d, input_precision, max_num_imprecise_acc):
+        m, k = a.data.shape[-2:]
+        count.shapes.append((int(m), int(b.data.shape[-1]), int(k)))
+        return dot(a, b, d, input_precision, max_num_imprecise_acc)
+
+    builder.create_dot = counting_dot
+    try:
+        yield count
+    finally:
+        del builder.create_dot
 
 
 def is_kernel(fn: object) -> bool:
