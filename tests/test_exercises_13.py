@@ -348,6 +348,40 @@ def _forward_top_left(Q, K, V, O, L, stride_qh, stride_qn, stride_kh, stride_kn,
     tl.store(L + h * N + rows, m + tl.log(l), mask=rows < N)
 
 
+@triton.jit
+def _forward_acc_not_rescaled(Q, K, V, O, L, stride_qh, stride_qn, stride_kh, stride_kn, N, M,
+                              d, scale, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr,
+                              BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    h = tl.program_id(1).to(tl.int64)
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, BLOCK_D)
+    ok = (rows[:, None] < N) & (dims[None, :] < d)
+    q = tl.load(Q + h * stride_qh + rows[:, None] * stride_qn + dims[None, :], mask=ok, other=0.0)
+    m = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    for start_n in range(0, M, BLOCK_N):
+        keys = start_n + tl.arange(0, BLOCK_N)
+        at = h * stride_kh + keys[:, None] * stride_kn + dims[None, :]
+        kv_ok = (keys[:, None] < M) & (dims[None, :] < d)
+        k = tl.load(K + at, mask=kv_ok, other=0.0)
+        v = tl.load(V + at, mask=kv_ok, other=0.0)
+        s = tl.where(keys[None, :] < M, scale * tl.dot(q, tl.trans(k), input_precision="ieee"),
+                     float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, 1))
+        p = tl.exp(s - m_new[:, None])
+        l = tl.exp(m - m_new) * l + tl.sum(p, 1)
+        acc += tl.dot(p.to(v.dtype), v, input_precision="ieee")  # the slip: acc not rescaled
+        m = m_new
+    tl.store(O + h * stride_qh + rows[:, None] * stride_qn + dims[None, :],
+             (acc / l[:, None]).to(O.dtype.element_ty), mask=ok)
+    tl.store(L + h * N + rows, m + tl.log(l), mask=rows < N)
+
+
+def test_forward_slip(capsys):
+    assert_hint("13.4", _forward_acc_not_rescaled, "the accumulator must be rescaled", capsys)
+
+
 def test_causal_slip(capsys):
     assert_hint("13.5", _forward_top_left, "(bottom-right aligned)", capsys)
 
