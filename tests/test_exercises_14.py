@@ -81,3 +81,70 @@ def test_a_wrong_rope_pairing_is_named():
         return torch.stack((x * a.cos() - y * a.sin(), x * a.sin() + y * a.cos()), -1).flatten(-2)
 
     assert "rotate_half" in check("14.3", interleaved).message
+
+
+# ---------------------------------------------------------------------------------------
+# The holes a reader's first answers found: each now gets a message that names it
+# ---------------------------------------------------------------------------------------
+
+
+def _message(label, answer):
+    result = check(label, answer)
+    assert result.status == "incorrect", result.message
+    return result.message
+
+
+def test_a_cache_with_class_level_lists_is_told_its_caches_share():
+    class Shared:
+        Ks: list = []  # noqa: RUF012 (the mistake under test)
+        Vs: list = []  # noqa: RUF012
+
+        def append(self, K, V):
+            Shared.Ks.append(K)
+            Shared.Vs.append(V)
+            return torch.cat(Shared.Ks, -2), torch.cat(Shared.Vs, -2)
+
+        @property
+        def n_tokens(self):
+            return sum(k.shape[-2] for k in Shared.Ks)
+
+    for _ in range(2):  # the lists grow from one run of the check to the next: refused both
+        assert "two caches share their tensors" in _message("14.7", Shared)
+
+
+def test_n_tokens_written_as_a_method_is_told_so():
+    from attnlib.models.assemble import ReaderCache
+
+    class Method(ReaderCache):
+        def n_tokens(self):
+            return 0 if self.K is None else self.K.shape[-2]
+
+    assert "n_tokens is a method here" in _message("14.7", Method)
+
+
+def test_eps_slips_are_named():
+    outside = _message("14.2", lambda x, g, eps: x / ((x * x).mean(-1, keepdim=True).sqrt()
+                                                        + eps) * g)
+    assert "eps goes inside the square root" in outside
+    ignored = _message("14.2", lambda x, g, eps: x * torch.rsqrt((x * x).mean(-1, keepdim=True))
+                       * g)
+    assert "use eps" in ignored
+
+
+def test_float32_work_inside_a_float64_piece_is_told_to_keep_the_dtype():
+    def via_float32(x, g, eps):
+        y = x.float()
+        return (y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + eps) * g.float()).double()
+
+    assert "compute in the input's dtype, float64 here" in _message("14.2", via_float32)
+    returned = _message("14.2", lambda x, g, eps: via_float32(x, g, eps).float())
+    assert "expected torch.float64: compute in the inputs' dtype" in returned
+
+
+def test_a_sampler_that_ignores_the_generator_is_told_to_pass_it():
+    def unseeded(logits, T, generator):
+        if T == 0:
+            return logits.argmax(-1, keepdim=True)
+        return torch.multinomial(torch.softmax(logits / T, -1), 1)
+
+    assert "pass generator=generator to torch.multinomial" in _message("14.8", unseeded)

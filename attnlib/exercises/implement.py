@@ -204,13 +204,21 @@ def differ(got: object, expected: torch.Tensor, name: str) -> str | None:
                     f"(expected {expected[where].item()}, got {got[where].item()})")
         return None
     if got.dtype != expected.dtype:
-        return f"{name} has dtype {got.dtype}, expected {expected.dtype} (the inputs' dtype)"
+        return (f"{name} has dtype {got.dtype}, expected {expected.dtype}: compute in the "
+                "inputs' dtype")
     rtol, atol = TOLERANCES.get(expected.dtype, (1e-3, 1e-3))
     g, e = got.detach().double().cpu(), expected.detach().double().cpu()
     finite = e.abs().nan_to_num(nan=0.0, posinf=0.0)
-    atol = atol * max(float(finite.max()) if e.numel() else 0.0, 1.0)
-    if torch.allclose(g, e, rtol=rtol, atol=atol, equal_nan=True):
+    largest = max(float(finite.max()) if e.numel() else 0.0, 1.0)
+    if torch.allclose(g, e, rtol=rtol, atol=atol * largest, equal_nan=True):
         return None
+    f32_rtol, f32_atol = TOLERANCES[torch.float32]
+    if expected.dtype == torch.float64 and torch.allclose(
+            g, e, rtol=f32_rtol, atol=f32_atol * largest, equal_nan=True):
+        off = (g - e).abs().nan_to_num(nan=0.0).max().item()
+        return (f"{name} is right only to float32's precision (off by up to {off:.2g}): "
+                "compute in the input's dtype, float64 here, with no .float() or float32 "
+                "tensor of your own on the way")
     bad = ~torch.isfinite(g) & torch.isfinite(e)
     if bool(bad.any()):
         where = _index(int(bad.flatten().nonzero()[0]), g.shape)

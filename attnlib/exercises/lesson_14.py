@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from attnlib.exercises.implement import Case, Implementation, Mistake, function_case, implementation
+from attnlib.exercises.implement import (
+    Case,
+    CheckFailedError,
+    Implementation,
+    Mistake,
+    function_case,
+    implementation,
+)
 from attnlib.exercises.implement import randn as _randn
 from attnlib.models import assemble as _assemble
 
@@ -37,16 +44,24 @@ def _embed() -> Implementation:
 def _rms_norm() -> Implementation:
     """RMSNorm over a token's coordinates, with gains."""
     x, g = _f64(2, 5, 8, seed=2, scale=3.0), 1 + _f64(8, seed=3, scale=0.3)
+    small = _f64(2, 3, 8, seed=4, scale=0.05)  # mean(x^2) near eps: where eps matters
     return Implementation(
         "a function rms_norm(x, g, eps)", _ref.rms_norm,
-        [function_case("x (2, 5, 8)", {"x": x, "g": g}, eps=1e-6)],
+        [function_case("x (2, 5, 8)", {"x": x, "g": g}, eps=1e-6),
+         function_case("x (2, 3, 8) of size 0.05, eps 1e-2", {"x": small, "g": g}, eps=1e-2)],
         (Mistake(lambda x, g, eps: x / x.norm(dim=-1, keepdim=True) * g,
                  "RMSNorm divides by the root mean square, not by the length |x| (a factor "
                  "sqrt(d) apart)."),
          Mistake(lambda x, g, eps: _ref.rms_norm(x - x.mean(-1, keepdim=True), g, eps),
                  "RMSNorm does not subtract the mean; that is LayerNorm."),
          Mistake(lambda x, g, eps: _ref.rms_norm(x, torch.ones_like(g), eps),
-                 "multiply by the trained gains g after normalising.")))
+                 "multiply by the trained gains g after normalising."),
+         Mistake(lambda x, g, eps: x / ((x * x).mean(-1, keepdim=True).sqrt() + eps) * g,
+                 "eps goes inside the square root, sqrt(mean(x^2) + eps): added outside it, "
+                 "it is a different number, and Hugging Face's Llama puts it inside."),
+         Mistake(lambda x, g, eps: _ref.rms_norm(x, g, 0.0),
+                 "use eps: it keeps the division finite for a vector near zero, and it "
+                 "changes the result wherever mean(x^2) is not much larger than eps.")))
 
 
 def _interleaved(X, positions, base):
@@ -147,14 +162,43 @@ def _feed_forward() -> Implementation:
                  "the book's model uses silu(z) = z sigmoid(z), not ReLU.")))
 
 
+def _n_tokens(cache) -> torch.Tensor:
+    n = cache.n_tokens
+    if callable(n):
+        raise CheckFailedError("n_tokens is a method here: the decoder reads cache.n_tokens "
+                               "without calling it, so make it a property (@property on the "
+                               "line above def n_tokens) or an attribute")
+    return torch.tensor(n)
+
+
 def _cache_case(name, pieces):
     def run(cls):
         cache, outs = cls(), []
         for K, V in pieces:
             outs.extend(cache.append(K.clone(), V.clone()))
-        outs.append(torch.tensor(cache.n_tokens))
+        outs.append(_n_tokens(cache))
         return tuple(outs)
     return Case(name, run, "appends of 3, 1 and 1 tokens, (2, 2, n, 4) each")
+
+
+def _two_caches_case(name, pieces):
+    """Two caches filled in turn, as a two-layer decoder fills its caches."""
+    def run(cls):
+        first, second, outs, held = cls(), cls(), [], 0
+        for K, V in pieces:
+            held += K.shape[-2]
+            for cache, sign in ((first, 1), (second, -1)):
+                K_all, V_all = cache.append(sign * K.clone(), sign * V.clone())
+                if isinstance(K_all, torch.Tensor) and K_all.shape[-2] > held:
+                    raise CheckFailedError(
+                        f"two caches share their tensors: after {held} tokens each, one "
+                        f"returned {K_all.shape[-2]}. Keep the tensors on the instance "
+                        "(self.K = None in __init__), not on the class, where every "
+                        "layer's cache would see every other's")
+                outs.extend((K_all, V_all))
+        outs.extend((_n_tokens(first), _n_tokens(second)))
+        return tuple(outs)
+    return Case(name, run, "two caches, each given appends of 3, 1 and 1 tokens in turn")
 
 
 class _Overwrite(_assemble.ReaderCache):
@@ -194,7 +238,8 @@ def _cache() -> Implementation:
     parts = [(_f64(2, 2, n, 4, seed=20 + n), _f64(2, 2, n, 4, seed=30 + n)) for n in (3, 1, 1)]
     return Implementation(
         "a class Cache with append(K, V) -> (K_all, V_all) and n_tokens", _assemble.ReaderCache,
-        [_cache_case("prompt of 3, then two steps", parts)],
+        [_cache_case("prompt of 3, then two steps", parts),
+         _two_caches_case("two caches, as two layers have", parts)],
         (Mistake(_Overwrite, "append must keep what the cache held and add the new tokens "
                              "after it: it returned only the new ones."),
          Mistake(_FirstAxis, "the tokens are the next-to-last axis (..., G, N, d): "
@@ -210,7 +255,18 @@ def _sample() -> Implementation:
 
     def case(name, T):
         def run(fn):
-            return fn(logits.clone(), T, torch.Generator().manual_seed(0))
+            draws = []
+            with torch.random.fork_rng(devices=[]):
+                for global_seed in (1, 2):  # the global generator changes, the given one not
+                    torch.manual_seed(global_seed)
+                    draws.append(fn(logits.clone(), T, torch.Generator().manual_seed(0)))
+            a, b = draws
+            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and \
+                    a.shape == b.shape and not torch.equal(a, b):
+                raise CheckFailedError("the draws change with torch's global generator, not "
+                                       "with the one given: pass generator=generator to "
+                                       "torch.multinomial, so that a seeded run repeats")
+            return a
         return Case(name, run, "logits (32, 9)")
 
     return Implementation(
