@@ -22,7 +22,7 @@ if not torch.cuda.is_available():
 triton = pytest.importorskip("triton")
 
 from attnlib_testing import assert_correct, assert_hint  # noqa: E402
-from test_exercises_13 import LABELS, RIGHT, _Answer  # noqa: E402
+from test_exercises_13 import LABELS, RIGHT, _Answer, _catalogue  # noqa: E402
 
 from attnlib.exercises import lesson_13_kernels as kernels  # noqa: E402
 from attnlib.exercises.implement import _IMPLEMENTATIONS  # noqa: E402
@@ -62,12 +62,6 @@ def test_flash_attention_matches_sdpa_and_autograd_on_the_gpu(dtype, N, M, causa
 @pytest.mark.parametrize("label", LABELS)
 def test_the_right_answers_pass_on_the_gpu(label, capsys):
     assert_correct(label, RIGHT[label], capsys)
-
-
-def _catalogue():
-    for label in LABELS:
-        for k in range(len(_IMPLEMENTATIONS[label]().mistakes)):
-            yield pytest.param(label, k, id=f"{label}-{k}")
 
 
 @pytest.mark.parametrize(("label", "k"), list(_catalogue()))
