@@ -9,8 +9,11 @@ import torch
 from test_exercises_14 import (
     Cache,
     attend,
+    block,
     embed,
     feed_forward,
+    forward,
+    load_llama,
     repeat_kv,
     rms_norm,
     rope,
@@ -27,8 +30,9 @@ from attnlib.models.assemble import (
     piece_table,
 )
 
-MINE = Pieces(embed=embed, rms_norm=rms_norm, rope=rope, repeat_kv=repeat_kv, attend=attend,
-              feed_forward=feed_forward, cache=Cache, sample=sample)
+MINE = Pieces(load_llama=load_llama, embed=embed, rms_norm=rms_norm, rope=rope,
+              repeat_kv=repeat_kv, attend=attend, feed_forward=feed_forward, cache=Cache,
+              block=block, forward=forward, sample=sample)
 IDS = torch.randint(0, 101, (2, 24), generator=torch.Generator().manual_seed(0))
 
 
@@ -53,7 +57,8 @@ def test_the_readers_pieces_reproduce_attnlibs_logits_and_tokens(name, variant):
 
 def test_piece_table_says_whose_code_ran():
     rows = piece_table(Pieces(attend=attend))
-    assert [r["piece"] for r in rows][:2] == ["embed", "rms_norm"]
+    assert [r["piece"] for r in rows] == list(attnlib.models.assemble.PIECES)
+    assert [r["piece"] for r in rows][:3] == ["load_llama", "embed", "rms_norm"]
     assert {r["piece"]: r["ran"] for r in rows}["attend"] == "yours"
     assert {r["ran"] for r in piece_table(MINE)} == {"yours"}
     assert {r["ran"] for r in piece_table(Pieces())} == {"attnlib"}
@@ -104,6 +109,43 @@ def test_first_divergence_locates_each_wrong_piece(piece, wrong, variant, where)
     assert isinstance(found, Divergence)
     assert (found.step, found.layer, found.sublayer) == where
     assert found.max_diff > 1e-3
+
+
+def _block_with(**wrong):
+    from attnlib.exercises.lesson_14 import _wrong_block
+    return _wrong_block(**wrong)
+
+
+def _forward_with(**wrong):
+    from attnlib.exercises.lesson_14 import _wrong_forward
+    return _wrong_forward(**wrong)
+
+
+@pytest.mark.parametrize(("piece", "wrong", "where"), [
+    ("block", _block_with(rope_v=True), (0, 0, "attention")),
+    ("block", _block_with(attn_residual=False), (0, 0, "attention")),
+    ("block", _block_with(ffn_residual=False), (0, 0, "feed_forward")),
+    ("block", _block_with(post_norm=True), (0, 0, "attention")),
+    ("block", _block_with(offset=False), (1, 0, "attention")),
+    ("forward", _forward_with(offset=False), (1, 0, "attention")),
+    ("forward", _forward_with(final_norm=False), (0, None, "logits")),
+])
+def test_first_divergence_locates_each_wrong_wiring(piece, wrong, where):
+    """The reader's block and forward are located like the leaf pieces: the block's output
+    less its input and its feed-forward output is the attention sublayer's."""
+    found = first_divergence(load(), MINE.replace(**{piece: wrong}), IDS, steps=2)
+    assert (found.step, found.layer, found.sublayer) == where
+    assert found.max_diff > 1e-3
+
+
+def test_a_tied_head_used_as_untied_is_found_at_the_logits():
+    model = load()
+    assert model.W_out is None  # the book model ties its head
+    found = first_divergence(model, MINE.replace(forward=_forward_with(head="always E")), IDS)
+    assert found is None  # E^T is the right head of a tied model
+    untied = attnlib.models.assemble.weights_of(model)._replace(W_out=model.E.mT.clone() * 1.1)
+    found = first_divergence(model, MINE, IDS, weights=untied)
+    assert (found.step, found.layer, found.sublayer) == (0, None, "logits")
 
 
 def test_a_wrong_grouping_is_invisible_without_groups():
@@ -162,3 +204,41 @@ def test_hf_llama_into_the_readers_decoder():
     assert torch.equal(reader.generate(prompt, 16), want)
     wrong = ReaderDecoder(model, MINE.replace(rope=rope_interleaved))
     assert float((wrong(ids) - theirs).abs().max()) > 1e-3  # the pairing matters (logits ~0.2)
+    loaded = ReaderDecoder.from_llama(hf.state_dict(), hf.config, MINE)  # the reader's loader
+    assert float((loaded(ids) - theirs).abs().max()) < 1e-4
+    assert torch.equal(loaded.generate(prompt, 16), want)
+    assert first_divergence(model, MINE, ids, steps=3,
+                            weights=load_llama(hf.state_dict(), hf.config)) is None
+
+    def swapped(state_dict, config):  # gate_proj and up_proj exchanged: the same shapes
+        w = load_llama(state_dict, config)
+        return w._replace(layers=tuple(layer._replace(W_gate=layer.W_up, W_up=layer.W_gate)
+                                       for layer in w.layers))
+
+    found = first_divergence(model, MINE, ids, weights=swapped(hf.state_dict(), hf.config))
+    assert (found.step, found.layer, found.sublayer) == (0, 0, "feed_forward")
+
+
+@torch.no_grad()
+def test_the_loader_refuses_a_state_dict_that_does_not_fit():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=48,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         tie_word_embeddings=True, bos_token_id=None, eos_token_id=None,
+                         pad_token_id=0)
+    sd = LlamaForCausalLM(config).state_dict()
+    weights = attnlib.models.assemble.load_llama(sd, config)
+    assert weights.W_out is None and weights.layers[0].G == 2
+    del sd["lm_head.weight"]  # a tied checkpoint may leave the head out
+    assert attnlib.models.assemble.load_llama(sd, config).W_out is None
+    bad = dict(sd, **{"model.layers.1.self_attn.k_proj.weight": torch.zeros(32, 32)})
+    with pytest.raises(ValueError, match=r"model\.layers\.1\.self_attn\.k_proj\.weight must "
+                                         r"have shape \(16, 32\)"):
+        attnlib.models.assemble.load_llama(bad, config)
+    gone = {k: v for k, v in sd.items() if k != "model.norm.weight"}
+    with pytest.raises(KeyError, match=r"model\.norm\.weight"):
+        attnlib.models.assemble.load_llama(gone, config)
+    extra = dict(sd, **{"model.layers.0.self_attn.q_proj.bias": torch.zeros(32)})
+    with pytest.raises(ValueError, match="not part of this Llama"):
+        attnlib.models.assemble.load_llama(extra, config)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attnlib.core.heads import merge_heads, split_heads
 from attnlib.exercises import check
+from attnlib.models.assemble import Layer, Weights
 
 
 def embed(E, ids):
@@ -63,8 +65,69 @@ def sample(logits, temperature, generator):
                              generator=generator).reshape(*P.shape[:-1], 1)
 
 
+def block(x, layer, pieces, cache, start):
+    h = pieces.rms_norm(x, layer.attn_g, layer.attn_eps)  # pre-norm
+    Q = split_heads(h @ layer.W_Q, layer.H)
+    K = split_heads(h @ layer.W_K, layer.G)
+    V = split_heads(h @ layer.W_V, layer.G)
+    if layer.rope_base is not None:  # turn the queries and keys, never the values
+        positions = torch.arange(start, start + x.shape[-2], device=x.device)
+        Q = pieces.rope(Q, positions, layer.rope_base)
+        K = pieces.rope(K, positions, layer.rope_base)
+    if cache is not None:
+        K, V = cache.append(K, V)  # the cache keeps G heads
+    K, V = pieces.repeat_kv(K, layer.H), pieces.repeat_kv(V, layer.H)
+    x = x + merge_heads(pieces.attend(Q, K, V)) @ layer.W_O
+    h = pieces.rms_norm(x, layer.ffn_g, layer.ffn_eps)
+    return x + pieces.feed_forward(h, layer.W_gate, layer.W_up, layer.W_down)
+
+
+def forward(ids, weights, pieces, caches):
+    start = 0 if caches is None else caches[0].n_tokens
+    x = pieces.embed(weights.E, ids)
+    for i, layer in enumerate(weights.layers):
+        x = pieces.block(x, layer, pieces, None if caches is None else caches[i], start)
+    x = pieces.rms_norm(x, weights.final_g, weights.final_eps)
+    return x @ (weights.E.mT if weights.W_out is None else weights.W_out)
+
+
+def load_llama(state_dict, config):
+    H, G = config.num_attention_heads, config.num_key_value_heads
+    d, d_ff = config.hidden_size, config.intermediate_size
+    d_head = getattr(config, "head_dim", None) or d // H
+    eps, base = config.rms_norm_eps, config.rope_parameters["rope_theta"]
+    tied = config.tie_word_embeddings
+
+    def get(key, *shape):
+        if key not in state_dict:
+            raise KeyError(f"{key} is missing from the state dict")
+        if tuple(state_dict[key].shape) != shape:
+            raise ValueError(f"{key} has shape {tuple(state_dict[key].shape)}; the config "
+                             f"gives {shape}")
+        return state_dict[key]
+
+    layers = []
+    for i in range(config.num_hidden_layers):
+        p = f"model.layers.{i}."
+        layers.append(Layer(
+            attn_g=get(p + "input_layernorm.weight", d), attn_eps=eps,
+            W_Q=get(p + "self_attn.q_proj.weight", H * d_head, d).T,
+            W_K=get(p + "self_attn.k_proj.weight", G * d_head, d).T,
+            W_V=get(p + "self_attn.v_proj.weight", G * d_head, d).T,
+            W_O=get(p + "self_attn.o_proj.weight", d, H * d_head).T,
+            H=H, G=G, rope_base=base,
+            ffn_g=get(p + "post_attention_layernorm.weight", d), ffn_eps=eps,
+            W_gate=get(p + "mlp.gate_proj.weight", d_ff, d).T,
+            W_up=get(p + "mlp.up_proj.weight", d_ff, d).T,
+            W_down=get(p + "mlp.down_proj.weight", d, d_ff).T))
+    E = get("model.embed_tokens.weight", config.vocab_size, d)
+    W_out = None if tied else get("lm_head.weight", config.vocab_size, d).T
+    return Weights(E, tuple(layers), get("model.norm.weight", d), eps, W_out)
+
+
 SOLUTIONS = {"14.1": embed, "14.2": rms_norm, "14.3": rope, "14.4": repeat_kv,
-             "14.5": attend, "14.6": feed_forward, "14.7": Cache, "14.8": sample}
+             "14.5": attend, "14.6": feed_forward, "14.7": Cache, "14.8": sample,
+             "14.9": block, "14.10": forward, "14.11": load_llama}
 
 
 @pytest.mark.parametrize("label", sorted(SOLUTIONS))
@@ -148,3 +211,112 @@ def test_a_sampler_that_ignores_the_generator_is_told_to_pass_it():
         return torch.multinomial(torch.softmax(logits / T, -1), 1)
 
     assert "pass generator=generator to torch.multinomial" in _message("14.8", unseeded)
+
+
+# ---------------------------------------------------------------------------------------
+# The wiring and the loader: the mistakes of real conversions, each named
+# ---------------------------------------------------------------------------------------
+
+
+def test_the_seven_conversion_mistakes_are_named():
+    """RoPE on V, a residual left out, post-norm, an untied head where the model ties it, a
+    forgotten transpose, q and k swapped, the position offset not advanced: each named by
+    the check of the part where a reader makes it (the full catalogues are run by
+    tests/test_exercises_implement.py)."""
+    def named(label, fn, words):
+        assert words in _message(label, fn)
+
+    def block_with(rope_v=False, residual=True, post=False, offset=True):
+        def wrong(x, layer, pieces, cache, start):
+            h = x if post else pieces.rms_norm(x, layer.attn_g, layer.attn_eps)
+            Q, K, V = (split_heads(h @ W, n) for W, n in
+                       ((layer.W_Q, layer.H), (layer.W_K, layer.G), (layer.W_V, layer.G)))
+            if layer.rope_base is not None:
+                s = start if offset else 0
+                pos = torch.arange(s, s + x.shape[-2])
+                Q, K = pieces.rope(Q, pos, layer.rope_base), pieces.rope(K, pos, layer.rope_base)
+                V = pieces.rope(V, pos, layer.rope_base) if rope_v else V
+            if cache is not None:
+                K, V = cache.append(K, V)
+            a = merge_heads(pieces.attend(Q, pieces.repeat_kv(K, layer.H),
+                                          pieces.repeat_kv(V, layer.H))) @ layer.W_O
+            x = x + a if residual else a
+            if post:
+                x = pieces.rms_norm(x, layer.attn_g, layer.attn_eps)
+            h = x if post else pieces.rms_norm(x, layer.ffn_g, layer.ffn_eps)
+            x = x + pieces.feed_forward(h, layer.W_gate, layer.W_up, layer.W_down)
+            return pieces.rms_norm(x, layer.ffn_g, layer.ffn_eps) if post else x
+        return wrong
+
+    named("14.9", block_with(rope_v=True), "RoPE turns the queries and the keys only")
+    named("14.9", block_with(residual=False), "adds to the residual stream")
+    named("14.9", block_with(post=True), "this is post-norm")
+    named("14.9", block_with(offset=False), "torch.arange(start, start + n)")
+
+    def forward_from_zero(ids, weights, pieces, caches):
+        x = pieces.embed(weights.E, ids)
+        for i, layer in enumerate(weights.layers):
+            x = pieces.block(x, layer, pieces, None if caches is None else caches[i], 0)
+        x = pieces.rms_norm(x, weights.final_g, weights.final_eps)
+        return x @ (weights.E.mT if weights.W_out is None else weights.W_out)
+
+    named("14.10", forward_from_zero, "the position offset must advance through the cache")
+
+    def loader(transpose=True, swap_qk=False, untie=False):
+        def wrong(state_dict, config):
+            w = load_llama(state_dict, config)
+            sd = state_dict
+            layers = []
+            for i, layer in enumerate(w.layers):
+                p = f"model.layers.{i}.self_attn."
+                q, k = sd[p + "q_proj.weight"], sd[p + "k_proj.weight"]
+                if swap_qk:
+                    q, k = k, q
+                if not transpose:
+                    layer = layer._replace(W_V=layer.W_V.T, W_O=layer.W_O.T,
+                                           W_gate=layer.W_gate.T, W_up=layer.W_up.T,
+                                           W_down=layer.W_down.T)
+                layers.append(layer._replace(W_Q=q.T if transpose else q,
+                                             W_K=k.T if transpose else k))
+            W_out = sd["lm_head.weight"].T if untie else w.W_out
+            return w._replace(layers=tuple(layers), W_out=W_out)
+        return wrong
+
+    named("14.11", loader(transpose=False), "so every projection is transposed")
+    named("14.11", loader(swap_qk=True), "q_proj is W_Q and k_proj is W_K")
+    named("14.11", loader(untie=True), "the config ties the head")
+
+
+def test_a_cache_given_h_heads_is_told_to_append_before_repeat_kv():
+    def late_cache(x, layer, pieces, cache, start):
+        h = pieces.rms_norm(x, layer.attn_g, layer.attn_eps)
+        Q, K, V = (split_heads(h @ W, n) for W, n in
+                   ((layer.W_Q, layer.H), (layer.W_K, layer.G), (layer.W_V, layer.G)))
+        if layer.rope_base is not None:
+            pos = torch.arange(start, start + x.shape[-2])
+            Q, K = pieces.rope(Q, pos, layer.rope_base), pieces.rope(K, pos, layer.rope_base)
+        K, V = pieces.repeat_kv(K, layer.H), pieces.repeat_kv(V, layer.H)
+        if cache is not None:  # H heads cached: what GQA was meant to save
+            K, V = cache.append(K, V)
+        x = x + merge_heads(pieces.attend(Q, K, V)) @ layer.W_O
+        h = pieces.rms_norm(x, layer.ffn_g, layer.ffn_eps)
+        return x + pieces.feed_forward(h, layer.W_gate, layer.W_up, layer.W_down)
+
+    assert "append K and V before repeat_kv" in _message("14.9", late_cache)
+
+
+def test_a_loader_that_accepts_a_state_dict_that_does_not_fit_is_told_so():
+    def trusting(state_dict, config):  # right on a good checkpoint, checks nothing
+        from attnlib.exercises.lesson_14 import _loader_mistake
+        return _loader_mistake(validate=False)(state_dict, config)
+
+    message = _message("14.11", trusting)
+    assert "load_llama accepted it" in message
+    assert "model.layers.1.self_attn.k_proj.weight" in message
+
+    def vague(state_dict, config):
+        if "model.layers.1.post_attention_layernorm.weight" not in state_dict:
+            raise KeyError("a weight is missing")
+        return load_llama(state_dict, config)
+
+    assert "does not name the key" in _message("14.11", vague)

@@ -1,9 +1,11 @@
-"""Checked exercises of lesson 14: the pieces of a whole decoder, written by the reader."""
+"""Checked exercises of lesson 14: the pieces of a whole decoder, its wiring and its weight
+loader, written by the reader."""
 
 from __future__ import annotations
 
 import torch
 
+from attnlib.core import heads as _heads
 from attnlib.exercises.implement import (
     Case,
     CheckFailedError,
@@ -284,3 +286,378 @@ def _sample() -> Implementation:
                  torch.multinomial(torch.softmax(logits.float() / T, 0), 1, generator=g),
                  "the softmax runs over the vocabulary, the last axis (dim=-1), one "
                  "distribution per row.")))
+
+
+# ---------------------------------------------------------------------------------------
+# The wiring: one block, the forward pass, the loader
+# ---------------------------------------------------------------------------------------
+
+_split, _merge = _heads.split_heads, _heads.merge_heads
+
+
+def _layer(seed, *, d=16, H=4, G=2, d_head=4, d_ff=24, rope_base=10000.0, eps=1e-6):
+    """A block's weights, seeded, with gains away from 1 so that a missing gain shows."""
+    W = [_f64(*shape, seed=seed + k, scale=shape[0] ** -0.5) for k, shape in enumerate(
+        [(d, H * d_head), (d, G * d_head), (d, G * d_head), (H * d_head, d),
+         (d, d_ff), (d, d_ff), (d_ff, d)])]
+    g1, g2 = (1 + _f64(d, seed=seed + k, scale=0.3) for k in (10, 11))
+    return _assemble.Layer(g1, eps, W[0], W[1], W[2], W[3], H, G, rope_base, g2, eps,
+                           W[4], W[5], W[6])
+
+
+def _wrong_block(rope_v=False, attn_residual=True, ffn_residual=True, post_norm=False,
+                 offset=True, rope_k=True, one_gain=False):
+    def block(x, layer, pieces, cache, start):
+        L = layer
+        h = x if post_norm else pieces.rms_norm(x, L.attn_g, L.attn_eps)
+        Q, K, V = (_split(h @ W, n, check=False) for W, n in
+                   ((L.W_Q, L.H), (L.W_K, L.G), (L.W_V, L.G)))
+        if L.rope_base is not None:
+            first = start if offset else 0
+            pos = torch.arange(first, first + x.shape[-2])
+            Q = pieces.rope(Q, pos, L.rope_base)
+            K = pieces.rope(K, pos, L.rope_base) if rope_k else K
+            V = pieces.rope(V, pos, L.rope_base) if rope_v else V
+        if cache is not None:
+            K, V = cache.append(K, V)
+        if L.G != L.H:
+            K, V = pieces.repeat_kv(K, L.H), pieces.repeat_kv(V, L.H)
+        a = _merge(pieces.attend(Q, K, V), check=False) @ L.W_O
+        x = x + a if attn_residual else a
+        if post_norm:
+            x = pieces.rms_norm(x, L.attn_g, L.attn_eps)
+        g = L.attn_g if one_gain else L.ffn_g
+        h = x if post_norm else pieces.rms_norm(x, g, L.ffn_eps)
+        f = pieces.feed_forward(h, L.W_gate, L.W_up, L.W_down)
+        x = x + f if ffn_residual else f
+        return pieces.rms_norm(x, L.ffn_g, L.ffn_eps) if post_norm else x
+    return block
+
+
+class _GroupsCache(_assemble.ReaderCache):
+    """attnlib's cache, which also checks that what it is given has the layer's G heads."""
+
+    G = 0
+
+    def append(self, K, V):
+        if K.shape[-3] != self.G:
+            raise CheckFailedError(
+                f"the cache was given {K.shape[-3]} key heads, where the layer has G = "
+                f"{self.G}: append K and V before repeat_kv, so that the cache holds G heads, "
+                "not H (the memory grouped-query attention saves)")
+        return super().append(K, V)
+
+
+def _block_case(name, layer, x, chunks):
+    """The block on ``x`` read in ``chunks`` (token counts) through one cache; without a
+    cache when ``chunks`` is None."""
+
+    def run(fn):
+        pieces = _assemble.Pieces()
+        if chunks is None:
+            return fn(x.clone(), layer, pieces, None, 0)
+        cache_cls = type("Cache", (_GroupsCache,), {"G": layer.G})
+        cache, outs, start = cache_cls(), [], 0
+        for n in chunks:
+            outs.append(fn(x[..., start:start + n, :].clone(), layer, pieces, cache, start))
+            start += n
+        return tuple(outs)
+
+    return Case(name, run, f"x {tuple(x.shape)}, H = {layer.H}, G = {layer.G}"
+                + ("" if chunks is None else f", read as {list(chunks)} tokens"))
+
+
+@implementation("14.9")
+def _block() -> Implementation:
+    """One pre-norm block: attention sublayer, then feed-forward, each with its residual."""
+    gqa, plain = _layer(50), _layer(70, G=4, rope_base=None)
+    x = _f64(2, 5, 16, seed=60)
+    return Implementation(
+        "a function block(x, layer, pieces, cache, start) returning the new x",
+        _assemble.Pieces().block,
+        [_block_case("a prompt of 5, no cache", gqa, x, None),
+         _block_case("3 tokens, then 1 and 1 through the cache", gqa, x, (3, 1, 1)),
+         _block_case("a layer without RoPE, G = H", plain, x, (4, 1))],
+        (Mistake(_wrong_block(rope_v=True),
+                 "RoPE turns the queries and the keys only: a score q_m . k_n then depends on "
+                 "m - n. Rotating V as well turns each value by its own position, and the "
+                 "output is no longer what the head was trained on."),
+         Mistake(_wrong_block(rope_k=False),
+                 "rotate the keys as well as the queries: with only Q turned, the score "
+                 "depends on the query's position, not on the distance m - n."),
+         Mistake(_wrong_block(attn_residual=False),
+                 "the attention sublayer adds to the residual stream, x = x + attention(...): "
+                 "without the + x the block forgets the token it is on."),
+         Mistake(_wrong_block(ffn_residual=False),
+                 "the feed-forward sublayer adds to the residual stream too, "
+                 "x = x + feed_forward(rms_norm(x))."),
+         Mistake(_wrong_block(post_norm=True),
+                 "this is post-norm (the original Transformer's norm(x + sublayer(x))); "
+                 "Llama and the book's model are pre-norm: x + sublayer(rms_norm(x)), and "
+                 "the residual stream itself is never normalised inside a block."),
+         Mistake(_wrong_block(offset=False),
+                 "the new tokens sit at positions start, start + 1, ...: with a cache, rotate "
+                 "them by torch.arange(start, start + n), not from 0."),
+         Mistake(_wrong_block(one_gain=True),
+                 "each sublayer has its own norm: the feed-forward reads "
+                 "rms_norm(x, layer.ffn_g, layer.ffn_eps), not the attention's gains.")))
+
+
+def _weights(seed, *, tied, V=13, d=16, n_layers=2):
+    E = _f64(V, d, seed=seed)
+    layers = tuple(_layer(seed + 100 * (i + 1)) for i in range(n_layers))
+    W_out = None if tied else _f64(d, V, seed=seed + 1, scale=0.25)
+    return _assemble.Weights(E, layers, 1 + _f64(d, seed=seed + 2, scale=0.3), 1e-6, W_out)
+
+
+def _forward_case(name, weights, ids, chunks):
+    def run(fn):
+        pieces = _assemble.Pieces()
+        if chunks is None:
+            return fn(ids.clone(), weights, pieces, None)
+        caches, outs, start = [pieces.cache() for _ in weights.layers], [], 0
+        for n in chunks:
+            outs.append(fn(ids[..., start:start + n].clone(), weights, pieces, caches))
+            start += n
+        return tuple(outs)
+
+    return Case(name, run, f"ids {tuple(ids.shape)}, {len(weights.layers)} layers, "
+                f"{'tied' if weights.W_out is None else 'untied'} head"
+                + ("" if chunks is None else f", read as {list(chunks)} tokens"))
+
+
+def _wrong_forward(final_norm=True, head="right", offset=True, caches_used="each"):
+    def forward(ids, weights, pieces, caches):
+        start = 0 if caches is None or not offset else caches[0].n_tokens
+        x = pieces.embed(weights.E, ids)
+        for i, layer in enumerate(weights.layers):
+            cache = None if caches is None or caches_used == "none" else \
+                caches[0] if caches_used == "first" else caches[i]
+            x = pieces.block(x, layer, pieces, cache, start)
+        if final_norm:
+            x = pieces.rms_norm(x, weights.final_g, weights.final_eps)
+        W_out = {"right": weights.E.mT if weights.W_out is None else weights.W_out,
+                 "always E": weights.E.mT, "always W_out": weights.W_out}[head]
+        return x @ W_out
+    return forward
+
+
+@implementation("14.10")
+def _forward() -> Implementation:
+    """The decoder's forward: embed, the blocks, the final norm and the head."""
+    untied, tied = _weights(200, tied=False), _weights(300, tied=True)
+    ids = torch.tensor([[3, 0, 12, 7, 7], [1, 5, 2, 9, 4]])
+    return Implementation(
+        "a function forward(ids, weights, pieces, caches) returning (B, N, V) logits",
+        _assemble.Pieces().forward,
+        [_forward_case("untied head, no caches", untied, ids, None),
+         _forward_case("untied head, 3 tokens then 1 and 1 through the caches", untied, ids,
+                       (3, 1, 1)),
+         _forward_case("tied head, 4 tokens then 1", tied, ids, (4, 1))],
+        (Mistake(_wrong_forward(final_norm=False),
+                 "a pre-norm decoder normalises once more after the last block: the head "
+                 "reads rms_norm(x, weights.final_g, weights.final_eps)."),
+         Mistake(_wrong_forward(head="always E"),
+                 "this model has its own head: use weights.W_out, and E^T only when W_out is "
+                 "None (a tied head)."),
+         Mistake(_wrong_forward(head="always W_out"),
+                 "W_out is None when the model ties its head to the embedding: the logits "
+                 "are then x E^T (weights.E.mT)."),
+         Mistake(_wrong_forward(offset=False),
+                 "the position offset must advance through the cache: the new tokens start "
+                 "at caches[0].n_tokens, the number of tokens already read, not at 0."),
+         Mistake(_wrong_forward(caches_used="none"),
+                 "give each block its cache, caches[i]: without it the new token attends to "
+                 "itself alone."),
+         Mistake(_wrong_forward(caches_used="first"),
+                 "each layer has its own keys and values: block i takes caches[i], not "
+                 "caches[0].")))
+
+
+class _Config:
+    """A Llama config as the loader reads it: the attributes of transformers' LlamaConfig
+    (from 5.0 on, the RoPE base is ``rope_parameters["rope_theta"]``)."""
+
+    def __init__(self, **kw):
+        base = dict(vocab_size=13, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=4,
+                    rms_norm_eps=1e-6, tie_word_embeddings=False,
+                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+        self.__dict__.update(base | kw)
+
+    def __repr__(self):
+        return "LlamaConfig(" + ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items()) + ")"
+
+
+def _state_dict(config, seed):
+    return {key: _f64(*shape, seed=seed + k, scale=0.5)
+            for k, (key, shape) in enumerate(_assemble.llama_keys(config).items())}
+
+
+_LAYER_FIELDS = ("attn_g", "attn_eps", "W_Q", "W_K", "W_V", "W_O", "H", "G", "rope_base",
+                 "ffn_g", "ffn_eps", "W_gate", "W_up", "W_down")
+_OUTPUT_NAMES = ("E", "final_g", "final_eps", "the head (W_out, or E^T when W_out is None)",
+                 "whether W_out is None (a tied head)",
+                 *(f"layers[{i}].{f}" for i in range(2) for f in _LAYER_FIELDS))
+
+
+def _flat(weights):
+    if not isinstance(weights, _assemble.Weights):
+        raise CheckFailedError(f"load_llama returned a {type(weights).__name__}: return "
+                               "attnlib.models.assemble.Weights(E, layers, final_g, final_eps, "
+                               "W_out)")
+    if len(weights.layers) != 2:
+        raise CheckFailedError(f"the config has 2 layers; the weights hold "
+                               f"{len(weights.layers)}")
+
+    def t(v):
+        return v if isinstance(v, torch.Tensor) else torch.tensor(
+            float("nan") if v is None else float(v), dtype=torch.float64)
+
+    head = weights.E.mT if weights.W_out is None else weights.W_out
+    out = [weights.E, weights.final_g, t(weights.final_eps), head,
+           torch.tensor(weights.W_out is None)]
+    for layer in weights.layers:
+        out += [t(getattr(layer, f)) for f in _LAYER_FIELDS]
+    return tuple(out)
+
+
+_HF_NAMES = {"W_Q": "self_attn.q_proj", "W_K": "self_attn.k_proj", "W_V": "self_attn.v_proj",
+             "W_O": "self_attn.o_proj", "W_gate": "mlp.gate_proj", "W_up": "mlp.up_proj",
+             "W_down": "mlp.down_proj"}
+
+
+def _as_stored(weights, state_dict):
+    """A projection handed over as nn.Linear stores it, (out, in), without the transpose."""
+    pairs = [(f"layers[{i}].{field}", getattr(layer, field),
+              f"model.layers.{i}.{hf}.weight")
+             for i, layer in enumerate(weights.layers) for field, hf in _HF_NAMES.items()]
+    pairs.append(("W_out", weights.W_out, "lm_head.weight"))
+    for name, got, key in pairs:
+        stored = state_dict.get(key)
+        if isinstance(got, torch.Tensor) and stored is not None and \
+                got.shape == stored.shape and torch.equal(got, stored):
+            raise CheckFailedError(
+                f"{name} is {key} as nn.Linear stores it, (out, in) = "
+                f"{tuple(stored.shape)}; nn.Linear computes x W^T and attnlib multiplies "
+                f"from the right, x @ W, so transpose it: {key}.T")
+
+
+def _load_case(name, config, state_dict):
+    def run(fn):
+        weights = fn({k: v.clone() for k, v in state_dict.items()}, config)
+        flat = _flat(weights)
+        _as_stored(weights, state_dict)
+        return flat
+    return Case(name, run, f"H = {config.num_attention_heads}, G = "
+                f"{config.num_key_value_heads}, eps = {config.rms_norm_eps}, tied head: "
+                f"{config.tie_word_embeddings}")
+
+
+def _refuse_case(name, config, state_dict, key):
+    def run(fn):
+        try:
+            fn({k: v.clone() for k, v in state_dict.items()}, config)
+        except CheckFailedError:
+            raise
+        except Exception as exc:  # any type, if it names the key
+            if key not in str(exc):
+                raise CheckFailedError(f"the error raised does not name the key {key!r}: "
+                                       f"{type(exc).__name__}: {exc}") from None
+            return torch.tensor(True)
+        raise CheckFailedError(f"the state dict does not fit the config ({name}), and "
+                               f"load_llama accepted it: check every key's shape against the "
+                               f"config and raise an error naming {key!r}")
+    return Case(name, run, "")
+
+
+def _loader_mistake(transpose=True, swap_qk=False, swap_gate_up=False, swap_norms=False,
+                    G_from="num_key_value_heads", eps=None, head="right", validate=True):
+    def load(sd, config):
+        if validate:  # the same refusals as attnlib's, then the mistaken mapping
+            _assemble.load_llama(sd, config)
+        T = (lambda W: W.T) if transpose else (lambda W: W)
+        H, G = config.num_attention_heads, getattr(config, G_from)
+        e = config.rms_norm_eps if eps is None else eps
+        layers = []
+        for i in range(config.num_hidden_layers):
+            p = f"model.layers.{i}."
+            q, k = p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight"
+            gate, up = p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"
+            n1, n2 = p + "input_layernorm.weight", p + "post_attention_layernorm.weight"
+            if swap_qk:
+                q, k = k, q
+            if swap_gate_up:
+                gate, up = up, gate
+            if swap_norms:
+                n1, n2 = n2, n1
+            layers.append(_assemble.Layer(
+                sd[n1], e, T(sd[q]), T(sd[k]), T(sd[p + "self_attn.v_proj.weight"]),
+                T(sd[p + "self_attn.o_proj.weight"]), H, G, config.rope_parameters["rope_theta"],
+                sd[n2], e,
+                T(sd[gate]), T(sd[up]), T(sd[p + "mlp.down_proj.weight"])))
+        E = sd["model.embed_tokens.weight"]
+        tied = config.tie_word_embeddings
+        W_out = {"right": lambda: None if tied else T(sd["lm_head.weight"]),
+                 "always lm_head": lambda: T(sd["lm_head.weight"]),
+                 "always tied": lambda: None,
+                 "E^T when tied": lambda: E.T if tied else T(sd["lm_head.weight"])}[head]()
+        return _assemble.Weights(E, tuple(layers), sd["model.norm.weight"], e, W_out)
+    return load
+
+
+_LOADER_MISTAKES = (
+    (dict(transpose=False),
+     "nn.Linear keeps its weight as (out, in) and computes x W^T; attnlib "
+     "multiplies from the right, x @ W, so every projection is transposed: "
+     "W_Q = sd[...q_proj.weight].T."),
+    (dict(swap_qk=True),
+     "q_proj is W_Q and k_proj is W_K: swapped, the scores become k . q of the "
+     "wrong projections (and the shapes differ as soon as G < H)."),
+    (dict(swap_gate_up=True),
+     "gate_proj is W_gate, the one silu acts on; up_proj is W_up."),
+    (dict(swap_norms=True),
+     "input_layernorm is the norm before attention (attn_g); "
+     "post_attention_layernorm is the one before the feed-forward (ffn_g), "
+     "despite its name."),
+    (dict(G_from="num_attention_heads"),
+     "G is config.num_key_value_heads: k_proj and v_proj have G d_head rows, "
+     "fewer than q_proj's H d_head."),
+    (dict(eps=1e-6),
+     "read eps from config.rms_norm_eps: Llama checkpoints use 1e-5 or 1e-6, and "
+     "the logits move when it is wrong."),
+    (dict(head="always lm_head"),
+     "the config ties the head (tie_word_embeddings): the checkpoint need not "
+     "hold lm_head.weight, and W_out is None, the head being E^T."),
+    (dict(head="E^T when tied"),
+     "a tied head is W_out = None (the decoder uses E^T): a copy of E^T would "
+     "no longer follow E when E is trained."),
+    (dict(head="always tied"),
+     "this config does not tie the head: W_out is lm_head.weight transposed."),
+)
+"""The loader's catalogue: each mistake both with attnlib's refusals of a state dict that
+does not fit and without, so that a loader that checks nothing still gets the hint."""
+
+
+@implementation("14.11")
+def _loader() -> Implementation:
+    """A Hugging Face LlamaForCausalLM state dict into the decoder's Weights."""
+    untied, tied = _Config(), _Config(tie_word_embeddings=True, rms_norm_eps=1e-5)
+    sd_untied, sd_tied = _state_dict(untied, 400), _state_dict(tied, 500)
+    wrong_k = dict(sd_untied)
+    key_k = "model.layers.1.self_attn.k_proj.weight"
+    wrong_k[key_k] = _f64(16, 16, seed=9)  # as if G were 4: the config says 2
+    missing = {k: v for k, v in sd_untied.items()
+               if k != "model.layers.1.post_attention_layernorm.weight"}
+    return Implementation(
+        "a function load_llama(state_dict, config) returning attnlib.models.assemble.Weights",
+        _assemble.load_llama,
+        [_load_case("H = 4, G = 2, an untied head", untied, sd_untied),
+         _load_case("a tied head, the checkpoint without lm_head.weight", tied, sd_tied),
+         _refuse_case("k_proj with 4 heads where the config says 2", untied, wrong_k, key_k),
+         _refuse_case("post_attention_layernorm of layer 1 missing", untied, missing,
+                      "model.layers.1.post_attention_layernorm.weight")],
+        tuple(Mistake(_loader_mistake(**kw, validate=validate), hint)
+              for kw, hint in _LOADER_MISTAKES for validate in (True, False)),
+        outputs=_OUTPUT_NAMES)
+

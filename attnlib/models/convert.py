@@ -25,7 +25,7 @@ from attnlib.core.rope import Llama3Scaling, YarnScaling
 from attnlib.layers.gqa import GroupedQueryAttention
 from attnlib.layers.mla import MultiHeadLatentAttention
 
-__all__ = ["from_hf_llama_attention", "mla_from_deepseek"]
+__all__ = ["from_hf_llama_attention", "mla_from_deepseek", "rope_settings"]
 
 
 def from_hf_llama_attention(hf_attention: nn.Module) -> GroupedQueryAttention:
@@ -197,6 +197,20 @@ def _rope_scaling(config: object) -> Llama3Scaling | YarnScaling | None:
         "config.rope_parameters must have rope_type 'default', 'llama3' or 'yarn' (the "
         f"scalings attnlib.core.rope reads); got {kind!r}"
     )
+
+
+def rope_settings(config: object) -> tuple[float | None, Llama3Scaling | YarnScaling | None]:
+    """The RoPE base and the frequency scaling a Hugging Face config asks for:
+    ``rope_parameters["rope_theta"]`` (transformers 5) or ``rope_theta`` (4.x), and None,
+    Llama 3.1's scaling or YaRN's.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> rope_settings(SimpleNamespace(rope_parameters={"rope_type": "default",
+        ...                                                "rope_theta": 5e5}))
+        (500000.0, None)
+    """
+    return _rope_theta(config), _rope_scaling(config)
 
 
 def _rope_theta(config: object) -> float | None:
