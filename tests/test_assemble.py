@@ -242,3 +242,70 @@ def test_the_loader_refuses_a_state_dict_that_does_not_fit():
     extra = dict(sd, **{"model.layers.0.self_attn.q_proj.bias": torch.zeros(32)})
     with pytest.raises(ValueError, match="not part of this Llama"):
         attnlib.models.assemble.load_llama(extra, config)
+
+
+def _notebook_solutions() -> dict:
+    """The hidden solution cells of lesson 14, run as a reader who solved every exercise."""
+    import json
+    from pathlib import Path
+
+    from attnlib.core.heads import merge_heads, split_heads
+    from attnlib.models.assemble import Layer, Weights
+
+    nb = json.loads((Path(__file__).parents[1] / "lessons" / "14_your_model.ipynb").read_text())
+    namespace = {"torch": torch, "attnlib": attnlib, "split_heads": split_heads,
+                 "merge_heads": merge_heads, "Layer": Layer, "Weights": Weights}
+    for cell in nb["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "code" and source.startswith("#@title Solution to exercise 14."):
+            exec(source.split("\n\n\nattnlib.exercises.check")[0], namespace)
+    return namespace
+
+
+@torch.no_grad()
+def test_a_reader_who_solved_every_exercise_runs_the_whole_model():
+    """Every part of the decoder and the loader from the lesson's own solution cells: the
+    same logits and greedy tokens as attnlib on book, its GQA and MLA conversions, and as
+    Hugging Face's Llama read by the reader's loader."""
+    ns = _notebook_solutions()
+    names = {"load_llama": "load_llama", "embed": "embed", "rms_norm": "rms_norm",
+             "rope": "rope", "repeat_kv": "repeat_kv", "attend": "attend",
+             "feed_forward": "feed_forward", "cache": "Cache", "block": "block",
+             "forward": "forward", "sample": "sample"}
+    pieces = Pieces(**{piece: ns[name] for piece, name in names.items()})
+    assert {r["ran"] for r in piece_table(pieces)} == {"yours"}
+    for name, variant in (("book", {}), ("book", {"n_kv_heads": 2}),
+                          ("book-nope", {"d_latent": 32})):
+        model = load(name, **variant)
+        assert float((ReaderDecoder(model, pieces)(IDS) - model(IDS)).abs().max()) < 1e-12
+        assert torch.equal(ReaderDecoder(model, pieces).generate(IDS[:1, :8], 8),
+                           model.generate(IDS[:1, :8], 8))
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=101, hidden_size=64, intermediate_size=96,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         tie_word_embeddings=False, attn_implementation="eager",
+                         bos_token_id=None, eos_token_id=None, pad_token_id=0)
+    torch.manual_seed(0)
+    hf = LlamaForCausalLM(config).eval()
+    reader = ReaderDecoder.from_llama(hf.state_dict(), hf.config, pieces)
+    ids = IDS[:, :16]
+    assert float((reader(ids) - hf(input_ids=ids).logits).abs().max()) < 1e-4
+    prompt = ids[:1, :6]
+    assert torch.equal(reader.generate(prompt, 12),
+                       hf.generate(prompt, max_new_tokens=12, do_sample=False))
+
+
+def test_lesson_13s_kernel_runs_as_the_readers_attend():
+    """The bridge of lesson 14: the FlashAttention kernels of lesson 13 (Triton's interpreter
+    on a CPU) as the attend piece of the book model, the same greedy tokens."""
+    pytest.importorskip("triton")
+    from attnlib.exercises.lesson_13 import reader_flash_attention
+
+    flash = reader_flash_attention()
+    book32 = load(dtype=torch.float32)
+    on_flash = ReaderDecoder(book32, MINE.replace(
+        attend=lambda Q, K, V: flash(Q, K, V, causal=True)))
+    with torch.no_grad():
+        assert float((on_flash(IDS[:1, :20]) - book32(IDS[:1, :20])).abs().max()) < 1e-4
+    assert torch.equal(on_flash.generate(IDS[:1, :6], 6), book32.generate(IDS[:1, :6], 6))

@@ -661,3 +661,20 @@ def _loader() -> Implementation:
               for kw, hint in _LOADER_MISTAKES for validate in (True, False)),
         outputs=_OUTPUT_NAMES)
 
+
+
+def planted() -> dict[str, tuple[str, object]]:
+    """Wrong wiring from the checks' catalogues, for locating with ``first_divergence``:
+    name -> (the piece it replaces, the wrong function). The loader's take
+    ``(state_dict, config)``; the others are ``block`` and ``forward`` pieces."""
+    return {
+        "RoPE on V too": ("block", _wrong_block(rope_v=True)),
+        "attention residual left out": ("block", _wrong_block(attn_residual=False)),
+        "feed-forward residual left out": ("block", _wrong_block(ffn_residual=False)),
+        "post-norm": ("block", _wrong_block(post_norm=True)),
+        "block ignores start": ("block", _wrong_block(offset=False)),
+        "offset not advanced": ("forward", _wrong_forward(offset=False)),
+        "no final norm": ("forward", _wrong_forward(final_norm=False)),
+        "gate and up swapped": ("load_llama", _loader_mistake(swap_gate_up=True)),
+        "the two norms swapped": ("load_llama", _loader_mistake(swap_norms=True)),
+    }
