@@ -38,11 +38,15 @@ PORTABLE := ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
   MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41
 # nbval, one kernel per notebook and one notebook per CPU at a time (pytest-xdist; loadfile
 # keeps each notebook's cells together and in order).
-NBVAL := -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
-  -n auto --dist loadfile
+# pytest-xdist workers: one per CPU, and no more than the available memory holds (a lesson's
+# kernel stays under 2 GiB, a browser test's Chromium under 1.5 GiB; tests/footprint.py).
+WORKERS = $(shell $(PYTHON) tests/footprint.py workers $(1) $(2))
+NBVAL = -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
+  -n $(call WORKERS,2) --dist loadfile
 
 .PHONY: help book pdf serve lab execute models test test-lib test-nbval test-book \
-  test-standalone test-browser check-browser doctor clean distclean
+  test-standalone test-browser check-browser doctor clean distclean \
+  $(addprefix footprint-,$(FOOTPRINT_PARTS) test-browser)
 
 help:
 	@echo "make book       build the static site into $(HTML)"
@@ -86,6 +90,7 @@ book: $(VENV_STAMP) $(NPM_STAMP)
 # only the missing ones, through sudo when not root.
 doctor:
 	@.ci/prerequisites $(if $(FIX),--install)
+	@$(PYTHON) tests/footprint.py memory
 
 # Fails at once, with what to install, when the browser the PDF and the site checks need is
 # missing (rather than ten minutes into make test).
@@ -144,14 +149,25 @@ test-lib: $(VENV_STAMP) $(NPM_STAMP)
 # three browsers fill both CPUs by themselves.
 TEST_JOBS ?= 2
 
+# Each part runs under tests/footprint.py, which records its wall time and the peak resident
+# memory of its largest process; the report at the end compares them with tests/footprint.json
+# and fails when one process went over the 4 GiB the README promises.
+FOOTPRINT_PARTS := test-book test-standalone test-lib test-nbval
+
 test: check-browser $(VENV_STAMP) $(NPM_STAMP)
+	@$(PYTHON) tests/footprint.py start
 	@echo "== test-book, test-standalone, test-lib, test-nbval: $(TEST_JOBS) at a time, each part's output when it ends"
-	$(MAKE) -j $(TEST_JOBS) --output-sync=target test-book test-standalone test-lib test-nbval \
+	$(MAKE) -j $(TEST_JOBS) --output-sync=target $(addprefix footprint-,$(FOOTPRINT_PARTS)) \
 	  BROWSER_CHECKED=1
-	$(MAKE) test-browser
+	$(MAKE) footprint-test-browser
 	@echo "== actionlint"
 	$(BIN)/actionlint
+	@echo "== what make test cost: wall time and peak memory per part (tests/footprint.json)"
+	$(PYTHON) tests/footprint.py report --files
 	@echo "make test: every check passed"
+
+footprint-%:
+	@$(PYTHON) tests/footprint.py run $* -- $(MAKE) $*
 
 test-nbval: $(VENV_STAMP)
 	@echo "== lessons against their committed outputs (nbval), then again on portable kernels"
@@ -177,7 +193,7 @@ test-standalone: $(VENV_STAMP)
 # Needs the site and the PDF that test-book builds.
 test-browser: check-browser $(VENV_STAMP) $(NPM_STAMP)
 	@echo "== the site in a browser (weight, layout shift, axe-core, figures, navigation, search)"
-	BOOK_SITE_REQUIRED=1 $(BIN)/python -m pytest -n 3 --dist loadfile \
+	BOOK_SITE_REQUIRED=1 $(BIN)/python -m pytest -n $(call WORKERS,1.5,--most 3) --dist loadfile \
 	  tests/book/site/test_site_browser.py tests/book/site/test_site_figures.py \
 	  tests/book/site/test_site_sources.py tests/book/site/test_site_reader.py
 

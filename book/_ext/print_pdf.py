@@ -179,7 +179,10 @@ API_APPENDIX = """([name, note]) => {
 }"""
 
 # Each heading the printed book shows, in order: the titles its bookmarks should carry, as
-# [its text, [the pieces of its text between formulas, the formulas' text, alternating]].
+# [its text, [the pieces of its text between formulas, the formulas' text, alternating]]. A
+# piece of text marks with RUN where an element inside it (a link, code) starts or ends:
+# Chromium writes each such run twice when it moves the heading to the next page.
+RUN = "\x1f"
 HEADINGS = """() => Array.from(
         document.querySelectorAll('article.bd-article :is(h1, h2, h3, h4, h5, h6)'))
     .filter(h => h.getClientRects().length > 0)
@@ -192,7 +195,11 @@ HEADINGS = """() => Array.from(
             if (kid.nodeType === Node.TEXT_NODE) { pieces[pieces.length - 1] += kid.data; }
             else if (kid.matches && kid.matches('mjx-container')) {
                 pieces.push(kid.textContent, '');
-            } else { walk(kid); }
+            } else {
+                pieces[pieces.length - 1] += '\x1f';
+                walk(kid);
+                pieces[pieces.length - 1] += '\x1f';
+            }
         });
         walk(copy);
         return [squash(copy.textContent).trim(), pieces.map(squash)];
@@ -479,7 +486,7 @@ def _plain(pieces: list[str]) -> str:
     """A heading's text without its formulas (``pieces``: its text between its formulas,
     then the formulas' text, alternating), as its page's text layer holds it: MathJax's
     glyphs print in Type 3 fonts that PDF readers do not read back as text."""
-    return " ".join("".join(pieces[::2]).split())
+    return " ".join("".join(pieces[::2]).replace(RUN, "").split())
 
 
 def _written_as(title: str, pieces: list[str]) -> bool:
@@ -487,7 +494,8 @@ def _written_as(title: str, pieces: list[str]) -> bool:
     text (``pieces``: between its formulas, then the formulas' text, alternating) with each
     formula once or left out, and with a piece (up to where a line of it ends) written
     again where the heading moved to the next page ("ExercisesExercises", or "top top  keys
-    keys" for "top $k$ keys"). Whitespace does not count.
+    keys" for "top $k$ keys"), or a run of it between its elements (``RUN``) written
+    again ("Figures of lessons 06lessons 06 and  and 0707"). Whitespace does not count.
 
     Example:
         >>> parts = ["Sparse attention: its top ", "k", " keys"]
@@ -496,14 +504,19 @@ def _written_as(title: str, pieces: list[str]) -> bool:
         ...     "Sparse attention: its top keys", "Sparse attention: its top",
         ...     "Sparse attention: its top keys keys keys k")]
         [True, True, True, False, False]
+        >>> linked = [f"dials of {RUN}lessons 06{RUN} and {RUN}07{RUN}"]
+        >>> [_written_as(t, linked) for t in ("dials of lessons 06 and 07",
+        ...     "dials of dials of lessons 06lessons 06 and  and 0707", "dials of 06 and 07")]
+        [True, True, False]
     """
     t = _squeeze(title)
     # The heading's characters; each with the start of its run (a piece of text or a
     # formula) and whether it is a formula's.
     chars: list[tuple[str, int, bool]] = []
     for index, piece in enumerate(pieces):
-        start = len(chars)
-        chars += [(c, start, index % 2 == 1) for c in _squeeze(piece)]
+        for run in piece.split(RUN) if index % 2 == 0 else [piece]:
+            start = len(chars)
+            chars += [(c, start, index % 2 == 1) for c in _squeeze(run)]
     h = "".join(c for c, _, _ in chars)
     if not h:
         return False

@@ -33,9 +33,10 @@ def test_a_chapter_without_a_page_is_left_out(print_pdf):
     assert print_pdf.shifted_pages({"a": 1, "c": 9}, ["a", "b", "c"], ["b"]) == {"a": 1, "c": 9}
 
 
-def test_the_docstring_example_holds(print_pdf):
+@pytest.mark.parametrize("name", ["shifted_pages", "_written_as"])
+def test_the_docstring_example_holds(print_pdf, name):
     finder = doctest.DocTestFinder()
-    tests = finder.find(print_pdf.shifted_pages, globs={"shifted_pages": print_pdf.shifted_pages})
+    tests = finder.find(getattr(print_pdf, name), globs=vars(print_pdf))
     results = [doctest.DocTestRunner().run(t) for t in tests]
     assert results and all(r.failed == 0 and r.attempted > 0 for r in results)
 

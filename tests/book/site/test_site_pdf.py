@@ -28,7 +28,7 @@ PLOTLY = "application/vnd.plotly.v1+json"
 FIGURE_NOTE = "Interactive on the site"
 # The whole book prints on at most this many pages, and weighs at most this many bytes (the
 # README states the same limits).
-MAX_PAGES = 400
+MAX_PAGES = 440
 MAX_BYTES = 14_000_000
 # A page holds at least this many characters besides its number: less is an empty page
 # (a box pushed whole to the next page leaves one behind).
