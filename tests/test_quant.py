@@ -11,6 +11,7 @@ from attnlib.serving.quant import (
     dequantise,
     quantise,
     quantised_loss,
+    quantised_window_losses,
 )
 
 
@@ -155,3 +156,19 @@ def test_quant_errors_name_the_argument():
         QuantKVCache(8, 2)
     with pytest.raises(ValueError, match="axis must be one of"):
         quantise(torch.zeros(2, 4), 8, axis="head")
+
+
+@pytest.mark.parametrize("kw", [dict(k_bits=4, v_bits=None, k_axis="channel", k_group=32),
+                                dict(k_bits=8, v_bits=4, v_axis="channel", v_group=16)])
+def test_window_losses_are_the_rows_scored_alone(book, kw):
+    """Each row's loss is what that row gives on its own (its caches are its own), and
+    their mean is quantised_loss's."""
+    ids, targets = train.held_out("book")
+    ids, targets = ids[:6], targets[:6]
+    per, nbytes = quantised_window_losses(book, ids, targets, **kw)
+    loss, nbytes_all = quantised_loss(book, ids, targets, **kw)
+    assert per.shape == (6,) and per.dtype == torch.float64 and nbytes == nbytes_all
+    assert per.mean().item() == pytest.approx(loss, abs=1e-6)
+    for row in (0, 4):
+        alone, _ = quantised_loss(book, ids[row:row + 1], targets[row:row + 1], **kw)
+        assert per[row].item() == pytest.approx(alone, abs=1e-6)

@@ -174,3 +174,16 @@ def test_the_one_evaluation_set_is_the_book_cards_held_out_set():
     model = attnlib.models.pretrained.load("book")
     assert round(train.eval_loss(model), train.CARD_DECIMALS) == model.card["held_out"]["loss"]
     assert "8,192" in train.evaluation_set("book-nope")
+
+
+def test_window_losses_average_to_the_cards_loss_and_pair_the_windows():
+    model = attnlib.models.pretrained.load("book")
+    per = train.window_losses(model)
+    assert per.shape == (64,) and per.dtype == torch.float64 and not per.requires_grad
+    assert round(per.mean().item(), train.CARD_DECIMALS) == model.card["held_out"]["loss"]
+    ids, targets = train.eval_set()
+    one = train.evaluate(model, ids[3:4], targets[3:4])["loss"]  # window 3 scored alone
+    assert per[3].item() == pytest.approx(one, abs=1e-12)
+    targets[1] = -100
+    with pytest.raises(ValueError, match="a target in every window"):
+        train.window_losses(model, ids, targets)

@@ -28,7 +28,12 @@ def test_gqa_table_cache_is_the_closed_form_and_pooling_to_h_changes_nothing():
     assert not table.isna().any().any()  # every G ships at every budget, the control too
     assert table.attrs["uniform loss"] == round(math.log(101), 3)
     seeds = [attnlib.models.pretrained.card(n)["held_out"]["loss"] for n in vt.SEEDS]
-    assert table.attrs["seed spread"] == round(abs(seeds[0] - seeds[1]), 3) > 0
+    assert table.attrs["seeds"] == len(seeds) == 5
+    mean = sum(seeds) / 5
+    sd = math.sqrt(sum((x - mean) ** 2 for x in seeds) / 4)  # one run's, n - 1 = 4
+    assert table.attrs["seed sd"] == round(sd, 4) > 0
+    # two single runs: t_{0.975, 4} = 2.776445 times sd sqrt(2)
+    assert table.attrs["run to run"] == round(2.776445 * sd * math.sqrt(2), 3)
 
 
 def test_mla_table_cache_is_the_closed_form_and_the_full_latent_is_exact():
@@ -71,7 +76,7 @@ def test_scratch_table_lists_the_recipe_at_every_layout():
     table = vt.scratch_table()
     assert list(table.index) == list(vt.SCRATCH)
     cached = dict(zip(table.index, table["numbers cached per token and layer"], strict=True))
-    assert cached == {"book": 128, "book-seed1": 128, "book-scratch-gqa2": 64,
+    assert cached == {**dict.fromkeys(vt.SEEDS, 128), "book-scratch-gqa2": 64,
                       "book-scratch-gqa1": 32}
     for name in table.index:
         card = attnlib.models.pretrained.card(name)
@@ -125,7 +130,11 @@ def test_figure_marks_the_setting_and_states_its_numbers(figure, value, steps, o
     title = fig.layout.title.text
     assert f"loss {now:.3f}, {now - ctrl:+.3f} against the control" in title
     assert f"{int(table.loc[value, vt.CACHE]):,} bytes per token" in title
-    assert f"{table.attrs['seed spread']:.3f}" in title
+    assert f"±{table.attrs['run to run']:.3f}, two runs of the book recipe" in title
+    band = next(shape for shape in fig.layout.shapes if shape.type == "rect")
+    source = table.attrs["source loss"]
+    assert (band.y0, band.y1) == pytest.approx((source - table.attrs["run to run"],
+                                                source + table.attrs["run to run"]))
     lines = [t for t in fig.data if t.type == "scatter" and t.mode == "lines+markers"]
     dashed = [t for t in lines if t.line.dash == "dash"]
     assert len(dashed) == 1 and "control" in dashed[0].name

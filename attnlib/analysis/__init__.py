@@ -6,6 +6,7 @@
 - ``approx``      linear attention, random features, top-k, delta rule    (09)
 - ``randomised``  sampling, sketching and low-rank estimators             (10)
 - ``timing``      interleaved wall-clock timings with their range, and the machine (05, 13, 14)
+- ``intervals``   seed noise and paired bootstrap intervals of loss differences (06, 07, 11)
 """
 
 from attnlib.analysis.approx import (
@@ -31,6 +32,13 @@ from attnlib.analysis.costs import (
 )
 from attnlib.analysis.flash import (
     tiled_attention,
+)
+from attnlib.analysis.intervals import (
+    Interval,
+    gap_interval,
+    paired_bootstrap,
+    seed_interval,
+    t_quantile,
 )
 from attnlib.analysis.memory import (
     CACHE_KINDS,
@@ -89,6 +97,11 @@ __all__ = [
     "generation_macs",
     "mla_decode_cost",
     "tiled_attention",
+    "Interval",
+    "gap_interval",
+    "paired_bootstrap",
+    "seed_interval",
+    "t_quantile",
     "LinearAttentionState",
     "delta_rule",
     "elu_feature_map",

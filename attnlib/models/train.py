@@ -67,6 +67,7 @@ __all__ = [
     "recipe_config",
     "recipe_data",
     "train",
+    "window_losses",
 ]
 
 SCHEDULES = ("cosine", "constant")
@@ -448,11 +449,12 @@ RECIPES: dict[str, Recipe] = {
     ),
     # The controls of chapters 06 and 07: the same recipe at a second initial seed (the
     # noise of one training run), and the grouped layouts trained as such from the start.
-    "book-seed1": Recipe(
-        "book", {**_BOOK, "seed": 1}, **_BOOK_TRAINING, weights_dtype="float16",
-        description="as 'book' with initial seed 1 (same data and steps): the spread between "
-                    "the two is the noise of one training run",
-    ),
+    **{f"book-seed{seed}": Recipe(
+        "book", {**_BOOK, "seed": seed}, **_BOOK_TRAINING, weights_dtype="float16",
+        description=f"as 'book' with initial seed {seed} (same data and steps): with 'book' "
+                    "and the other seeds, the noise of one training run (attnlib.analysis."
+                    "intervals.seed_interval)",
+    ) for seed in range(1, 5)},
     "book-scratch-gqa2": Recipe(
         "book", {**_BOOK, "n_kv_heads": 2}, **_BOOK_TRAINING, weights_dtype="float16",
         description="as 'book' (same data, steps and seeds), trained as GQA with G = 2 "
@@ -607,6 +609,37 @@ def eval_loss(model: nn.Module) -> float:
     """
     ids, targets = _eval_set()
     return evaluate(model, ids, targets, check=False)["loss"]
+
+
+@torch.no_grad()
+def window_losses(model: nn.Module, ids: torch.Tensor | None = None,
+                  targets: torch.Tensor | None = None) -> torch.Tensor:
+    """Each evaluation window's mean loss: ``(W,)`` float64, nats per character.
+
+    Row ``w`` of ``ids`` (by default :func:`eval_set`'s 64 windows of 128 characters) is
+    scored as :func:`evaluate` scores it, in float64, and averaged over its targets; with
+    the windows all the same length, the mean of the result is :func:`eval_loss`. Two
+    models' window losses on the same windows are the pairs that
+    :func:`attnlib.analysis.intervals.paired_bootstrap` resamples.
+
+    Example:
+        >>> import attnlib
+        >>> per = window_losses(attnlib.models.pretrained.load("book"))
+        >>> tuple(per.shape), round(per.mean().item(), 3)
+        ((64,), 1.306)
+
+    Lesson: 06_gqa, 07_mla, 11_serving.
+    """
+    if ids is None and targets is None:
+        ids, targets = _eval_set()
+    else:
+        check_token_batch(ids, targets)
+    nll, _ = _token_scores(model, ids, targets, dtype=torch.float64, batch_size=64)
+    counts = (targets != IGNORE).sum(dim=1).cpu()  # (W,)
+    if not bool((counts > 0).all()):
+        raise ValueError("targets must have a target in every window (row); got a row of "
+                         "-100 only")
+    return nll.sum(dim=1) / counts
 
 
 CARD_DECIMALS = 5

@@ -43,6 +43,7 @@ from attnlib.serving.quant import (
     dequantise,
     quantise,
     quantised_loss,
+    quantised_window_losses,
 )
 from attnlib.serving.sampling import (
     check_options,
@@ -104,6 +105,7 @@ __all__ = [
     "dequantise",
     "quantise",
     "quantised_loss",
+    "quantised_window_losses",
     "SinkCache",
     "held_values",
     "kept_positions",

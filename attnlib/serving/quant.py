@@ -41,7 +41,7 @@ from attnlib.core.functional import attention
 from attnlib.serving.cache import Cache, Rows
 
 __all__ = ["AXES", "BITS", "QuantKVCache", "Quantised", "attention_error", "dequantise",
-           "quantise", "quantised_loss"]
+           "quantise", "quantised_loss", "quantised_window_losses"]
 
 BITS = (4, 8)
 """The integer widths: int4 and int8."""
@@ -284,6 +284,20 @@ def attention_error(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, *,
 
 
 @torch.no_grad()
+def _quantised_nll(model, ids, targets, *, k_bits, v_bits, k_axis, v_axis, k_group, v_group,
+                   check) -> tuple[torch.Tensor, int]:
+    """Each position's cross-entropy ``(B, N)`` (float32, 0 where the target is ``-100``)
+    with every layer reading a :class:`QuantKVCache`, and the caches' bytes."""
+    if check:
+        check_tensor("ids", ids, min_dim=1, floating=False)
+    caches = [QuantKVCache(k_bits, v_bits, k_axis=k_axis, v_axis=v_axis, k_group=k_group,
+                           v_group=v_group) for _ in model.blocks]
+    logits = model(ids, caches=caches, check=check)
+    nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
+                                            targets.reshape(-1), reduction="none")
+    return nll.reshape(targets.shape), sum(c.nbytes for c in caches)
+
+
 def quantised_loss(model, ids: torch.Tensor, targets: torch.Tensor, *,
                    k_bits: int | None = 8, v_bits: int | None = 8, k_axis: str = "token",
                    v_axis: str = "token", k_group: int | None = None,
@@ -295,11 +309,24 @@ def quantised_loss(model, ids: torch.Tensor, targets: torch.Tensor, *,
     query reads the dequantised keys and values of the tokens up to itself (per channel,
     the last ``N mod k_group`` tokens stay float, as in a cache that is decoding).
     """
-    if check:
-        check_tensor("ids", ids, min_dim=1, floating=False)
-    caches = [QuantKVCache(k_bits, v_bits, k_axis=k_axis, v_axis=v_axis, k_group=k_group,
-                           v_group=v_group) for _ in model.blocks]
-    logits = model(ids, caches=caches, check=check)
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
-                                             targets.reshape(-1))
-    return float(loss), sum(c.nbytes for c in caches)
+    nll, nbytes = _quantised_nll(model, ids, targets, k_bits=k_bits, v_bits=v_bits,
+                                 k_axis=k_axis, v_axis=v_axis, k_group=k_group,
+                                 v_group=v_group, check=check)
+    return float(nll.sum() / (targets != -100).sum()), nbytes
+
+
+def quantised_window_losses(model, ids: torch.Tensor, targets: torch.Tensor, *,
+                            k_bits: int | None = 8, v_bits: int | None = 8,
+                            k_axis: str = "token", v_axis: str = "token",
+                            k_group: int | None = None, v_group: int | None = None,
+                            check: bool = True) -> tuple[torch.Tensor, int]:
+    """:func:`quantised_loss` window by window: each row's mean loss ``(B,)`` float64 and
+    the caches' bytes. Each row of ``ids`` has caches of its own (per-channel groups run
+    along one row's tokens), so the rows are the paired windows that
+    :func:`attnlib.analysis.intervals.paired_bootstrap` resamples.
+    """
+    nll, nbytes = _quantised_nll(model, ids, targets, k_bits=k_bits, v_bits=v_bits,
+                                 k_axis=k_axis, v_axis=v_axis, k_group=k_group,
+                                 v_group=v_group, check=check)
+    counts = (targets != -100).sum(dim=1)
+    return nll.double().sum(dim=1) / counts, nbytes

@@ -388,7 +388,7 @@ def trained_table() -> pd.DataFrame:
 
     Returns:
         pd.DataFrame indexed by ``G``; ``attrs`` holds the source's loss and cache and the
-        seed spread of the ``book`` recipe.
+        seed noise of the ``book`` recipe (:func:`attnlib.viz.trained.seed_noise`).
     """
     return dial_table(TRAINED_MODEL, "n_kv_heads", TRAINED_KV_HEADS)
 

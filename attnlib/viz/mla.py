@@ -391,7 +391,7 @@ def trained_table() -> pd.DataFrame:
 
     Returns:
         pd.DataFrame indexed by ``d_L``; ``attrs`` holds the source's loss and cache and the
-        seed spread of the ``book`` recipe.
+        seed noise of the ``book`` recipe (:func:`attnlib.viz.trained.seed_noise`).
     """
     return dial_table(TRAINED_MODEL, "d_latent", TRAINED_LATENTS)
 

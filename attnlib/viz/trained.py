@@ -9,7 +9,8 @@ all scored on the one evaluation set :func:`attnlib.models.train.eval_set`:
 
 - the *control*: the same fine-tune applied to a conversion that changes nothing (``G = H``,
   or the full-rank latent), which measures what the recipe alone does to the loss;
-- the *noise*: the same training recipe at two initial seeds (``book`` and ``book-seed1``);
+- the *noise*: the same training recipe at five initial seeds (``book``, ``book-seed1`` to
+  ``book-seed4``, :data:`SEEDS`), whose spread :func:`seed_noise` measures;
 - the *from-scratch* points: the cheaper layout trained as such with the source's recipe.
 
 :func:`dial_table` holds one row per setting and one column per budget, :func:`dial_figure`
@@ -32,6 +33,7 @@ import torch
 from plotly.subplots import make_subplots
 
 from attnlib._checks import check_choice
+from attnlib.analysis.intervals import Interval, gap_interval, seed_interval
 from attnlib.viz.style import COLORS, DASHES, HEIGHT, OKABE_ITO, rounded, style
 
 __all__ = [
@@ -42,6 +44,8 @@ __all__ = [
     "SCRATCH_MLA",
     "SEEDS",
     "budget_column",
+    "run_to_run",
+    "seed_noise",
     "dial_figure",
     "dial_table",
     "scratch_table",
@@ -57,12 +61,12 @@ BUDGETS: tuple[int, ...] = (0, 100, 400)
 CACHE = "cache bytes per token"
 """Column of a dial table: cache bytes per token over all layers, at the model's precision."""
 
-SEEDS: tuple[str, ...] = ("book", "book-seed1")
-"""The same recipe at initial seeds 0 and 1: their spread is the noise of one training run."""
+SEEDS: tuple[str, ...] = ("book", "book-seed1", "book-seed2", "book-seed3", "book-seed4")
+"""The ``book`` recipe at initial seeds 0 to 4 (the same data, batches and steps): how far
+apart its runs land is the noise of one training run (:func:`seed_noise`)."""
 
 SCRATCH: dict[str, str] = {
-    "book": "MHA, G = 4 (seed 0)",
-    "book-seed1": "MHA, G = 4 (seed 1)",
+    **{name: f"MHA, G = 4 (seed {k})" for k, name in enumerate(SEEDS)},
     "book-scratch-gqa2": "GQA, G = 2",
     "book-scratch-gqa1": "MQA, G = 1",
 }
@@ -96,6 +100,26 @@ def _card_loss(name: str, **variant) -> float:
     return pretrained.card(name, **variant)["held_out"]["loss"]
 
 
+def seed_noise(level: float = 0.95) -> Interval:
+    """The held-out losses of the ``book`` recipe's seeds (:data:`SEEDS`, from their cards):
+    their mean with its Student-t interval, and ``sd``, the standard deviation of one run.
+
+    >>> noise = seed_noise()
+    >>> noise.n, round(noise.estimate, 3), round(noise.sd, 4)
+    (5, 1.317, 0.0067)
+    """
+    return seed_interval([_card_loss(name) for name in SEEDS], level=level)
+
+
+def run_to_run(level: float = 0.95) -> float:
+    """How far apart two single runs of the ``book`` recipe land at ``level``: the half-width
+    ``t_{n-1} s sqrt(2)`` of :func:`attnlib.analysis.intervals.gap_interval` with one run on
+    each side, ``s`` from :func:`seed_noise`. A difference between two models trained once
+    each that lies inside it is what a second seed could produce alone.
+    """
+    return gap_interval(0.0, seed_noise(level), runs=(1, 1)).half_width
+
+
 @lru_cache(maxsize=8)
 def _dial_table(name: str, conversion: str, values: tuple) -> pd.DataFrame:
     from attnlib.models import pretrained, train
@@ -124,7 +148,8 @@ def _dial_table(name: str, conversion: str, values: tuple) -> pd.DataFrame:
     table.attrs = {"source loss": round(_card_loss(name), 3),
                    "source cache": _cache_bytes(source),
                    "uniform loss": round(math.log(source.vocab_size), 3),
-                   "seed spread": round(abs(_card_loss(SEEDS[0]) - _card_loss(SEEDS[1])), 3)}
+                   "seed sd": round(seed_noise().sd, 4), "seeds": len(SEEDS),
+                   "run to run": round(run_to_run(), 3)}
     return table
 
 
@@ -139,8 +164,9 @@ def dial_table(name: str, conversion: str, values: tuple[int, ...]) -> pd.DataFr
     and 400-step fine-tunes that ship with the model (``attnlib.models.pretrained.load(name,
     **{conversion: value}, steps=...)``), NaN where none ships. The value that changes
     nothing (``G = H``, the full-rank latent) is the control row. ``table.attrs`` holds
-    the source's loss and cache bytes, ``ln(vocab_size)`` and the seed spread: the
-    difference between the losses of the two seeds of the ``book`` recipe (:data:`SEEDS`).
+    the source's loss and cache bytes, ``ln(vocab_size)``, the seed noise of the ``book``
+    recipe (``"seed sd"`` over ``"seeds"`` runs, :func:`seed_noise`) and ``"run to run"``,
+    the 95 % half-width within which two single runs of it land (:func:`run_to_run`).
     Computed once per argument set; a copy is returned.
 
     Args:
@@ -188,7 +214,8 @@ def scratch_table(names: tuple[str, ...] | list[str] | None = None) -> pd.DataFr
     cache bytes per token (measured), its parameters, its held-out loss on
     :func:`attnlib.models.train.eval_set` (from its card, 3 decimals) and that loss minus the
     ``book`` model's. All were trained with the same data, steps and optimiser, with RoPE;
-    ``book`` and ``book-seed1`` differ only in the initial seed. A copy is returned.
+    ``book`` and ``book-seed1`` to ``book-seed4`` differ only in the initial seed. A copy
+    is returned.
 
     >>> list(scratch_table(["book", "book-scratch-mla24"])["numbers cached per token and layer"])
     [128, 32]
@@ -211,11 +238,11 @@ def dial_figure(table: pd.DataFrame, current: object, steps: int, *, setting: st
     Left: the loss of every setting of ``table`` after each budget of :data:`BUDGETS`
     (solid lines; the ``control`` setting, the conversion that changes nothing, dashed), the
     from-scratch losses ``scratch`` (squares, in a column of their own), the source's loss
-    as a line and above it a band as wide as the seed spread: a gap inside the band is
-    within the noise of one training run. The current
-    setting and budget are ringed. Right: the cache bytes per token of every setting, the
-    current one in the main colour. The title gives the current loss, its distance to the
-    control at the same budget, and the seed spread.
+    as a line and around it a band of ``± table.attrs["run to run"]``: a model trained
+    once from scratch that lands inside it is within what a second seed of the source's
+    recipe could do alone. The current setting and budget are ringed. Right: the cache
+    bytes per token of every setting, the current one in the main colour. The title gives
+    the current loss, its distance to the control at the same budget, and the band.
 
     Args:
         table: a :func:`dial_table`.
@@ -283,8 +310,8 @@ def dial_figure(table: pd.DataFrame, current: object, steps: int, *, setting: st
                 "line": {"color": colors[current], "width": 3}},
         hovertemplate=f"{_label(setting, current)}, {steps} steps: %{{y:.3f}}<extra></extra>",
     ), row=1, col=1)
-    spread, source = table.attrs["seed spread"], table.attrs["source loss"]
-    fig.add_hrect(y0=rounded(source, 3), y1=rounded(source + spread, 3), line_width=0,
+    band, source = table.attrs["run to run"], table.attrs["source loss"]
+    fig.add_hrect(y0=rounded(source - band, 3), y1=rounded(source + band, 3), line_width=0,
                   fillcolor=OKABE_ITO["sky blue"], opacity=0.35, row=1, col=1)
     fig.add_hline(y=rounded(source, 3), line={"color": COLORS["marker"],
                                               "dash": DASHES["held-out"], "width": 1},
@@ -311,7 +338,8 @@ def dial_figure(table: pd.DataFrame, current: object, steps: int, *, setting: st
     style(fig, (f"{model}, {conversion} to {_label(setting, current)}, {steps} steps of "
                 f"uptraining: loss {now:.3f}, {versus}<br><sup>cache "
                 f"{int(table.loc[current, CACHE]):,} bytes per token; dashed: the source, "
-                f"{source:.3f}; shaded: plus the spread of two seeds, {spread:.3f}"
+                f"{source:.3f}; shaded: ±{band:.3f}, two runs of the book recipe "
+                f"(95 %, {table.attrs['seeds']} seeds)"
                 + ("" if steps == asked else f"; no fine-tune ships at {_label(setting, current)}"
                    f" after {asked} steps")
                 + "</sup>"),
