@@ -163,3 +163,10 @@ def test_bad_arguments_say_what_was_given() -> None:
 
 def test_module_example_holds() -> None:
     assert doctest.testmod(iv).failed == 0
+
+
+def test_format_names_the_interval_and_prints_no_negative_zero() -> None:
+    i = iv.Interval(0.0103, -0.0003, 0.0205, 64, 0.04, 0.95, "paired bootstrap over 64 windows")
+    assert i.format(signed=True) == (
+        "+0.010 (95% interval +0.000 to +0.021; paired bootstrap over 64 windows)")
+    assert str(i) == "0.010 (95% interval 0.000 to 0.021; paired bootstrap over 64 windows)"

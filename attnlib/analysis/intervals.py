@@ -71,8 +71,12 @@ class Interval(NamedTuple):
     def format(self, digits: int = 3, signed: bool = False) -> str:
         """``"0.020 (95 % interval -0.004 to 0.044; t, n = 5 seeds)"``."""
         sign = "+" if signed else ""
-        return (f"{self.estimate:{sign}.{digits}f} ({self.level:.0%} interval "
-                f"{self.low:{sign}.{digits}f} to {self.high:{sign}.{digits}f}; {self.method})")
+
+        def show(x: float) -> str:  # rounded first, so that -0.0003 prints as 0.000
+            return f"{round(x, digits) + 0.0:{sign}.{digits}f}"
+
+        return (f"{show(self.estimate)} ({self.level:.0%} interval {show(self.low)} to "
+                f"{show(self.high)}; {self.method})")
 
     def __str__(self) -> str:
         return self.format()

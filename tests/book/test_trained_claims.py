@@ -45,10 +45,10 @@ def test_lessons_that_compare_book_losses_score_them_with_eval_loss(lessons, ste
 
 @pytest.mark.parametrize(("stem", "controls"), [
     ("06_gqa", ["vg.trained_table()", "vt.scratch_table()", "steps=400"]),
-    ("07_mla", ["vm.trained_table()", "vt.budget_column("]),
+    ("07_mla", ["vm.trained_table()", "window_losses", "paired_bootstrap("]),
 ])
 def test_the_dial_lessons_show_their_controls(lessons, stem, controls):
-    """Lessons 06 and 07 print the control and the seed spread (06 the from-scratch models)."""
+    """Lessons 06 and 07 print the control and the seed noise (06 the from-scratch models)."""
     code = _code(lessons[stem])
     for needle in controls:
         assert needle in code, (stem, needle)
@@ -56,3 +56,36 @@ def test_the_dial_lessons_show_their_controls(lessons, stem, controls):
         "".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
         for c in lessons[stem].cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "control" in outputs and "seed" in outputs, stem
+
+
+def _outputs(lesson) -> str:
+    return "\n".join(
+        "".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
+        for c in lesson.cells if c.cell_type == "code" for o in c.get("outputs", []))
+
+
+# Counting a gap in units of one pair of seeds' difference: a noise estimate from n = 2 with
+# no interval ("2.4 seed spreads", "within two seed spreads").
+SPREAD_COUNT = re.compile(r"\bseed spreads?\b|\b\d+(\.\d+)? spreads\b|\bspreads? of two seeds\b")
+
+
+@pytest.mark.parametrize("stem", TRAINED)
+def test_no_lesson_counts_gaps_in_seed_spreads(lessons, stem):
+    lesson = lessons[stem]
+    text = "\n".join(c.source for c in lesson.cells) + "\n" + _outputs(lesson)
+    found = SPREAD_COUNT.search(text)
+    assert not found, f"{stem}: {found[0]!r}: state an interval with its n instead"
+
+
+@pytest.mark.parametrize(("stem", "methods"), [
+    ("06_gqa", ["paired bootstrap over 64 windows", "n = 5 seeds"]),
+    ("07_mla", ["paired bootstrap over 64 windows", "seed noise from n = 5 seeds"]),
+    ("09_frontier", ["seed noise from n = 5 seeds"]),
+    ("11_serving", ["paired bootstrap over 64 windows"]),
+])
+def test_compared_losses_print_their_interval_and_n(lessons, stem, methods):
+    """Each trained comparison prints a 95% interval that says what it is over."""
+    outputs = _outputs(lessons[stem])
+    assert "95% interval" in outputs, stem
+    for method in methods:
+        assert method in outputs, (stem, method)
