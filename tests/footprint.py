@@ -63,7 +63,8 @@ def run(part: str, command: list[str]) -> int:
     files = OUT / f"{part}.files.jsonl"
     env = dict(os.environ, ATTNLIB_FOOTPRINT_DIR=str(OUT), ATTNLIB_FOOTPRINT_PART=part)
     t0 = time.perf_counter()
-    rc = subprocess.call(command, env=env)
+    # close_fds=False: a make below keeps the jobserver pipe of the make above it.
+    rc = subprocess.call(command, env=env, close_fds=False)
     wall = time.perf_counter() - t0
     peak = _max_rss_mib(resource.getrusage(resource.RUSAGE_CHILDREN))
     (OUT / f"{part}.json").write_text(json.dumps(
