@@ -15,7 +15,6 @@ import re
 
 import pytest
 
-
 TIMES = re.compile(r"time_side_by_side|perf_counter|time\.time\(|timeit|time\.monotonic")
 # A number with a unit of time: "7.17 ms", "354 µs", "1.2 s".
 A_TIME = re.compile(r"\b\d[\d.,]*\s?(ns|µs|us|ms|s)\b")
