@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -36,9 +37,20 @@ def _part(out: Path, name: str, peak: int, wall: float = 10.0) -> None:
 
 
 def test_run_records_the_peak_of_the_largest_child(out: Path) -> None:
-    """A child that holds 300 MiB is recorded at 300 MiB or more, and its exit status kept."""
+    """A child that holds 300 MiB is recorded at 300 MiB or more, and its exit status kept.
+
+    run() reads the peak of its process's waited-for children, so it runs in a fresh Python
+    here: inside pytest, the children of earlier tests would count too.
+    """
     code = "b = bytearray(300 * 2**20); b[::4096] = b'x' * len(b[::4096]); raise SystemExit(3)"
-    rc = footprint.run("probe", [sys.executable, "-c", code])
+    driver = (
+        "import importlib.util, sys; from pathlib import Path\n"
+        f"spec = importlib.util.spec_from_file_location('footprint', {str(_SPEC.origin)!r})\n"
+        "fp = importlib.util.module_from_spec(spec); spec.loader.exec_module(fp)\n"
+        f"fp.OUT = Path({str(out)!r})\n"
+        f"sys.exit(fp.run('probe', [sys.executable, '-c', {code!r}]))\n"
+    )
+    rc = subprocess.call([sys.executable, "-c", driver])
     row = json.loads((out / "probe.json").read_text())
     assert rc == 3 and row["rc"] == 3
     assert 300 <= row["peak_rss_mib"] < 1024, row
