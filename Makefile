@@ -44,9 +44,13 @@ WORKERS = $(shell $(PYTHON) tests/footprint.py workers $(1) $(2))
 NBVAL = -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
   -n $(call WORKERS,2) --dist loadfile
 
+# The parts of make test that run under tests/footprint.py (see test, below).
+FOOTPRINT_PARTS := test-book test-standalone test-lib test-nbval
+FOOTPRINT_TARGETS := $(addprefix footprint-,$(FOOTPRINT_PARTS) test-browser)
+
 .PHONY: help book pdf serve lab execute models test test-lib test-nbval test-book \
   test-standalone test-browser check-browser doctor clean distclean \
-  $(addprefix footprint-,$(FOOTPRINT_PARTS) test-browser)
+  $(FOOTPRINT_TARGETS)
 
 help:
 	@echo "make book       build the static site into $(HTML)"
@@ -152,8 +156,6 @@ TEST_JOBS ?= 2
 # Each part runs under tests/footprint.py, which records its wall time and the peak resident
 # memory of its largest process; the report at the end compares them with tests/footprint.json
 # and fails when one process went over the 4 GiB the README promises.
-FOOTPRINT_PARTS := test-book test-standalone test-lib test-nbval
-
 test: check-browser $(VENV_STAMP) $(NPM_STAMP)
 	@$(PYTHON) tests/footprint.py start
 	@echo "== test-book, test-standalone, test-lib, test-nbval: $(TEST_JOBS) at a time, each part's output when it ends"
@@ -166,7 +168,8 @@ test: check-browser $(VENV_STAMP) $(NPM_STAMP)
 	$(PYTHON) tests/footprint.py report --files
 	@echo "make test: every check passed"
 
-footprint-%:
+# A static pattern rule: make does not search implicit rules for phony targets.
+$(FOOTPRINT_TARGETS): footprint-%:
 	@$(PYTHON) tests/footprint.py run $* -- $(MAKE) $*
 
 test-nbval: $(VENV_STAMP)
