@@ -87,7 +87,7 @@ def test_gap_interval_uses_the_standard_error_of_a_difference() -> None:
 
 
 def test_a_t_interval_for_a_gap_covers_as_promised() -> None:
-    """Two one-run recipes with the same mean: the gap's interval holds 0 about 95 % of the
+    """Two one-run recipes with the same mean: the gap's interval holds 0 about 95% of the
     time, the seed noise measured from five other runs."""
     g = torch.Generator().manual_seed(1)
     runs = torch.randn(4000, 7, generator=g, dtype=torch.float64)

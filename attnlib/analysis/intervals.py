@@ -69,7 +69,7 @@ class Interval(NamedTuple):
         return self.low > 0 or self.high < 0
 
     def format(self, digits: int = 3, signed: bool = False) -> str:
-        """``"0.020 (95 % interval -0.004 to 0.044; t, n = 5 seeds)"``."""
+        """``"0.020 (95% interval -0.004 to 0.044; t, n = 5 seeds)"``."""
         sign = "+" if signed else ""
 
         def show(x: float) -> str:  # rounded first, so that -0.0003 prints as 0.000
@@ -119,7 +119,7 @@ def _t_cdf(t: float, df: float) -> float:
 def t_quantile(p: float, df: int | float) -> float:
     """The ``p`` quantile of Student's t with ``df`` degrees of freedom (float64 accuracy).
 
-    ``t_quantile(0.975, n - 1)`` is the factor of a 95 % interval from ``n`` observations:
+    ``t_quantile(0.975, n - 1)`` is the factor of a 95% interval from ``n`` observations:
     12.706 for two, 2.776 for five, 1.960 in the limit. Found by bisection on the
     distribution function, written with the regularised incomplete beta function.
     """

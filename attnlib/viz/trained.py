@@ -166,7 +166,7 @@ def dial_table(name: str, conversion: str, values: tuple[int, ...]) -> pd.DataFr
     nothing (``G = H``, the full-rank latent) is the control row. ``table.attrs`` holds
     the source's loss and cache bytes, ``ln(vocab_size)``, the seed noise of the ``book``
     recipe (``"seed sd"`` over ``"seeds"`` runs, :func:`seed_noise`) and ``"run to run"``,
-    the 95 % half-width within which two single runs of it land (:func:`run_to_run`).
+    the 95% half-width within which two single runs of it land (:func:`run_to_run`).
     Computed once per argument set; a copy is returned.
 
     Args:
@@ -339,7 +339,7 @@ def dial_figure(table: pd.DataFrame, current: object, steps: int, *, setting: st
                 f"uptraining: loss {now:.3f}, {versus}<br><sup>cache "
                 f"{int(table.loc[current, CACHE]):,} bytes per token; dashed: the source, "
                 f"{source:.3f}; shaded: ±{band:.3f}, two runs of the book recipe "
-                f"(95 %, {table.attrs['seeds']} seeds)"
+                f"(95%, {table.attrs['seeds']} seeds)"
                 + ("" if steps == asked else f"; no fine-tune ships at {_label(setting, current)}"
                    f" after {asked} steps")
                 + "</sup>"),
