@@ -131,13 +131,18 @@ def attention_backward(Q, K, V, O, dO, *, causal: bool = False, scale: float | N
 
 
 def tiled_forward(Q, K, V, *, causal: bool = False, scale: float | None = None,
-                  block_m: int = 16, block_n: int = 16, check: bool = True):
+                  block_m: int = 16, block_n: int = 16, check: bool = True, on_tile=None):
     """FlashAttention-2's forward in torch: returns ``(O, L)``, L the row log-sum-exp.
 
     Each block of ``block_m`` query rows walks the key blocks of ``block_n`` keys with an
     online softmax (running max ``m``, running sum ``l``, unnormalised output); no N x M
     matrix is ever made. ``L = m + log(l)`` is what the backward needs to rebuild ``P``.
     Causal attention skips the key blocks wholly in a query block's future.
+
+    ``on_tile``, when given, is called after each tile as ``on_tile(i0, j0, m, l, acc)``:
+    the first query row and first key of the tile, and the running max, running sum and
+    unnormalised accumulator of the query block after it (the loop's own tensors; copy
+    them to keep them). Lesson 13's tile walk records the loop this way.
     """
     s = check_qkv(Q, K, V, scale) if check else (scale or 1.0 / math.sqrt(Q.shape[-1]))
     if check:
@@ -165,18 +170,22 @@ def tiled_forward(Q, K, V, *, causal: bool = False, scale: float | None = None,
             l = alpha * l + p.sum(-1, keepdim=True)
             acc = alpha * acc + p @ v
             m = m_new
+            if on_tile is not None:
+                on_tile(i0, j0, m, l, acc)
         O[..., i0:i0 + block_m, :] = acc / l
         L[..., i0:i0 + block_m] = (m + torch.log(l)).squeeze(-1)
     return O, L
 
 
 def tiled_backward(Q, K, V, O, dO, L, *, causal: bool = False, scale: float | None = None,
-                   block_m: int = 16, block_n: int = 16, check: bool = True):
+                   block_m: int = 16, block_n: int = 16, check: bool = True, on_tile=None):
     """FlashAttention-2's backward in torch: ``(dQ, dK, dV)`` from O, dO and L alone.
 
     ``D = rowsum(dO * O)`` is computed once; then for each key block, each query block
     rebuilds its tile ``P = exp(s Q K^T - L)`` and adds its share to ``dV``, ``dK`` and ``dQ``.
-    The largest temporaries are ``block_m x block_n`` tiles.
+    The largest temporaries are ``block_m x block_n`` tiles. The loops visit the tiles in
+    the order of the dK/dV kernel (key blocks outside, each from the first query block that
+    can see it); ``on_tile(i0, j0)``, when given, is called after each tile.
     """
     s = check_qkv(Q, K, V, scale) if check else (scale or 1.0 / math.sqrt(Q.shape[-1]))
     if check:
@@ -203,6 +212,8 @@ def tiled_backward(Q, K, V, O, dO, L, *, causal: bool = False, scale: float | No
             dS = P * (dP - D[..., i0:i0 + block_m, None])
             dQ[..., i0:i0 + block_m, :] += s * dS @ k
             dK[..., j0:j0 + block_n, :] += s * dS.transpose(-1, -2) @ q
+            if on_tile is not None:
+                on_tile(i0, j0)
     return dQ, _fold(dK, G), _fold(dV, G)
 
 
