@@ -45,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from typing import NamedTuple
 
+import pandas as pd
 import torch
 from torch import nn
 
@@ -65,6 +66,7 @@ __all__ = [
     "ReaderCache",
     "ReaderDecoder",
     "Weights",
+    "divergence_table",
     "first_divergence",
     "from_hf_llama",
     "llama_keys",
@@ -607,6 +609,34 @@ def _attnlib_record(model: TinyDecoder, ids: torch.Tensor, caches) -> tuple[dict
     return rec, logits
 
 
+def _comparisons(model: TinyDecoder, pieces: Pieces, ids: torch.Tensor, steps: int,
+                 weights: Weights | None):
+    """``(step, layer, sublayer, max |reader - attnlib|, max |attnlib|)`` in the order the
+    sublayers run, step by step; both decoders are fed attnlib's greedy tokens. A sublayer
+    whose output has the wrong shape or type gives ``inf``."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise ValueError(f"steps must be an int >= 0; got {steps!r}")
+    if not isinstance(model, TinyDecoder):
+        raise TypeError(f"model must be an attnlib TinyDecoder; got {type(model).__name__}")
+    reader = ReaderDecoder(model if weights is None else weights, pieces)
+    ours, theirs, step_ids = model.new_caches(), reader.new_caches(), ids
+    for step in range(steps + 1):
+        rec, logits = _attnlib_record(model, step_ids, ours)
+        got = reader(step_ids, theirs)
+        order = [("embed", None, "embed")]
+        order += [((i, s), i, s) for i in range(reader.n_layers)
+                  for s in ("attention", "feed_forward")]
+        pairs = [(rec[k], reader.record[k], layer, s) for k, layer, s in order
+                 if k in reader.record]
+        pairs.append((logits, got, None, "logits"))
+        for ref, mine, layer, s in pairs:
+            if not isinstance(mine, torch.Tensor) or mine.shape != ref.shape:
+                yield step, layer, s, math.inf, float(ref.abs().max())
+            else:
+                yield step, layer, s, float((mine - ref).abs().max()), float(ref.abs().max())
+        step_ids = logits[..., -1:, :].argmax(dim=-1)  # (B, 1): attnlib's next token
+
+
 @torch.no_grad()
 def first_divergence(model: TinyDecoder, pieces: Pieces, ids: torch.Tensor, *,
                      steps: int = 0, rtol: float | None = None,
@@ -619,7 +649,7 @@ def first_divergence(model: TinyDecoder, pieces: Pieces, ids: torch.Tensor, *,
     the feed-forward sublayer's output, through forward hooks on ``model.blocks[i].attn``
     and ``.ffn``, then the logits; a sublayer the reader's decoder did not record is left
     out); the first one whose largest difference exceeds ``rtol`` times the largest entry
-    of attnlib's is returned.
+    of attnlib's is returned. :func:`divergence_table` gives every comparison.
 
     Args:
         model: an attnlib :class:`~attnlib.layers.blocks.TinyDecoder` (see
@@ -636,31 +666,42 @@ def first_divergence(model: TinyDecoder, pieces: Pieces, ids: torch.Tensor, *,
 
     Lesson: 14_your_model.
     """
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-        raise ValueError(f"steps must be an int >= 0; got {steps!r}")
-    if rtol is None:
+    if rtol is None and isinstance(model, TinyDecoder):
         rtol = 1e-9 if model.E.dtype == torch.float64 else 1e-4
-    if not isinstance(model, TinyDecoder):
-        raise TypeError(f"model must be an attnlib TinyDecoder; got {type(model).__name__}")
-    reader = ReaderDecoder(model if weights is None else weights, pieces)
-    ours, theirs, step_ids = model.new_caches(), reader.new_caches(), ids
-    for step in range(steps + 1):
-        rec, logits = _attnlib_record(model, step_ids, ours)
-        got = reader(step_ids, theirs)
-        order = [("embed", None, "embed")]
-        order += [((i, s), i, s) for i in range(reader.n_layers)
-                  for s in ("attention", "feed_forward")]
-        pairs = [(rec[k], reader.record[k], layer, s) for k, layer, s in order
-                 if k in reader.record]
-        pairs.append((logits, got, None, "logits"))
-        for ref, mine, layer, s in pairs:
-            if not isinstance(mine, torch.Tensor) or mine.shape != ref.shape:
-                return Divergence(step, layer, s, math.inf)
-            diff = float((mine - ref).abs().max())
-            if not diff <= rtol * float(ref.abs().max()):  # NaN parts too
-                return Divergence(step, layer, s, diff)
-        step_ids = logits[..., -1:, :].argmax(dim=-1)  # (B, 1): attnlib's next token
+    for step, layer, sublayer, diff, top in _comparisons(model, pieces, ids, steps, weights):
+        if not diff <= rtol * top:  # NaN parts too
+            return Divergence(step, layer, sublayer, diff)
     return None
+
+
+@torch.no_grad()
+def divergence_table(model: TinyDecoder, pieces: Pieces, ids: torch.Tensor, *,
+                     steps: int = 0, weights: Weights | None = None) -> pd.DataFrame:
+    """Every comparison :func:`first_divergence` makes, not only the first that fails.
+
+    Returns:
+        pd.DataFrame: one row per (step, place) in the order the sublayers run, with
+        ``"step"``, ``"place"`` (``"embed"``, ``"L0 attention"``, ..., ``"logits"``),
+        ``"max |diff|"``, ``"relative"`` (that over the largest entry of attnlib's) and
+        ``"rtol"``, :func:`first_divergence`'s default tolerance for the model's dtype.
+
+    Example:
+        >>> from attnlib.models.pretrained import load
+        >>> book = load("book", dtype=torch.float64)
+        >>> t = divergence_table(book, Pieces(), torch.tensor([[5, 6, 7]]), steps=1)
+        >>> t["place"].tolist()[:3], float(t["max |diff|"].max()) < 1e-12
+        (['embed', 'L0 attention', 'L0 feed-forward'], True)
+
+    Lesson: 14_your_model.
+    """
+    names = {"attention": "attention", "feed_forward": "feed-forward"}
+    rtol = 1e-9 if model.E.dtype == torch.float64 else 1e-4
+    rows = [{"step": step,
+             "place": sublayer if layer is None else f"L{layer} {names[sublayer]}",
+             "max |diff|": diff, "relative": diff / top if top else diff, "rtol": rtol}
+            for step, layer, sublayer, diff, top
+            in _comparisons(model, pieces, ids, steps, weights)]
+    return pd.DataFrame(rows)
 
 
 def piece_table(pieces: Pieces) -> list[dict[str, str]]:

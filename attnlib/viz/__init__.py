@@ -24,6 +24,7 @@ Example:
 """
 
 from attnlib.viz import (
+    decoder,
     frontier,
     gqa,
     heads,
@@ -68,6 +69,7 @@ __all__ = [
     "rounded",
     "style",
     # chapter modules
+    "decoder",
     "frontier",
     "gqa",
     "heads",

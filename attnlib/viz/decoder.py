@@ -1,0 +1,83 @@
+"""Figures of lesson 14 (your model, wired and loaded by you): where a reader's decoder
+parts from attnlib's.
+
+The numbers come from :func:`attnlib.models.assemble.divergence_table`, which runs both
+decoders side by side through the prompt and then token by token through their caches, and
+compares every sublayer's output; this module only draws them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from attnlib.viz.style import HEIGHT, style
+
+__all__ = ["FLOOR", "divergence_figure"]
+
+FLOOR = -16
+"""log10 of the relative difference drawn for an exact match (float64 rounds near 1e-16)."""
+
+
+def divergence_figure(case: str, model: str, *,
+                      tables: Mapping[tuple[str, str], pd.DataFrame]) -> go.Figure:
+    """A heat map of where the decoder of ``case`` parts from attnlib's on ``model``.
+
+    Rows are steps (0: the prompt; then each token fed through the caches), columns the
+    places in the order they run (the embedding, each layer's attention and feed-forward
+    sublayer, the logits); a cell's colour is log10 of the largest difference there over the
+    largest entry of attnlib's output (:data:`FLOOR` for an exact match, 1 for a wrong
+    shape). The title names the first place above the table's ``rtol`` (``first_divergence``'s
+    tolerance: 1e-9 in float64, 1e-4 in float32).
+
+    Args:
+        case: the mistake (or ``"your pieces"``), a key of ``tables`` with ``model``.
+        model: the model's label.
+        tables: ``(case, model) -> divergence_table(...)``.
+
+    Example:
+        >>> t = pd.DataFrame({"step": [0, 0], "place": ["embed", "logits"],
+        ...                   "max |diff|": [0.0, 0.5], "relative": [0.0, 0.25],
+        ...                   "rtol": [1e-9, 1e-9]})
+        >>> divergence_figure("x", "m", tables={("x", "m"): t}).layout.title.text
+        'x on m<br><sup>first apart: step 0, logits, relative 0.25</sup>'
+    """
+    if (case, model) not in tables:
+        held = sorted({m for c, m in tables if c == case})
+        raise ValueError(f"no run of {case!r} on {model!r}; that case ran on {held}")
+    table = tables[(case, model)]
+    places = list(dict.fromkeys(table["place"]))
+    steps = sorted(set(table["step"]))
+    grid = table.pivot(index="step", columns="place", values="relative").loc[steps, places]
+
+    def level(x: float) -> float:
+        if not math.isfinite(x):
+            return 1.0
+        return max(FLOOR, min(1.0, math.log10(x))) if x > 0 else FLOOR
+
+    z = [[round(level(float(v)), 2) for v in row] for row in grid.to_numpy()]
+    text = [[f"{float(v):.2g}" for v in row] for row in grid.to_numpy()]
+    rtol = float(table["rtol"].iloc[0])
+    apart = table[~(table["relative"] <= rtol)]
+    if apart.empty:
+        sub = f"agrees everywhere (relative difference at most {rtol:g})"
+    else:
+        first = apart.iloc[0]
+        sub = (f"first apart: step {first['step']}, {first['place']}, "
+               f"relative {float(first['relative']):.2g}")
+    fig = go.Figure(go.Heatmap(
+        z=z, x=places, y=[str(s) for s in steps], zmin=FLOOR, zmax=1, text=text,
+        colorscale="Viridis", xgap=1, ygap=1,
+        colorbar={"title": {"text": "log10", "side": "top"}, "thickness": 10,
+                  "tickvals": [-15, -10, -5, 0], "len": 0.9},
+        hovertemplate="step %{y}, %{x}: relative difference %{text}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", title_text="step", type="category")
+    fig.update_xaxes(title_text="place, in the order it runs", tickangle=-60,
+                     type="category")
+    fig.update_layout(margin={"b": 150})
+    return style(fig, f"{case} on {model}<br><sup>{sub}</sup>", height=HEIGHT + 60)
+
+
