@@ -30,7 +30,8 @@ def test_attnlibs_own_pieces_agree_at_every_place(book):
     n_layers = len(book.blocks)
     places = ["embed"] + [f"L{i} {s}" for i in range(n_layers)
                           for s in ("attention", "feed-forward")] + ["logits"]
-    assert t["place"].tolist() == places * 3 and t["step"].tolist() == sorted([0, 1, 2] * len(places))
+    assert t["place"].tolist() == places * 3
+    assert t["step"].tolist() == sorted([0, 1, 2] * len(places))
     assert float(t["max |diff|"].max()) < 1e-12 and (t["rtol"] == 1e-9).all()
 
 
@@ -75,5 +76,6 @@ def test_figure_draws_the_table(book):
 
 def test_a_case_not_run_names_what_ran(book):
     tables = {("none", "book"): divergence_table(book, Pieces(), IDS)}
-    with pytest.raises(ValueError, match=r"no run of 'none' on 'G = 2'; that case ran on \['book'\]"):
+    with pytest.raises(ValueError,
+                       match=r"no run of 'none' on 'G = 2'; that case ran on \['book'\]"):
         divergence_figure("none", "G = 2", tables=tables)
