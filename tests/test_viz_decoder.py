@@ -79,3 +79,18 @@ def test_a_case_not_run_names_what_ran(book):
     with pytest.raises(ValueError,
                        match=r"no run of 'none' on 'G = 2'; that case ran on \['book'\]"):
         divergence_figure("none", "G = 2", tables=tables)
+
+
+def test_text_figure_colours_exactly_the_characters_that_differ():
+    from attnlib.viz.decoder import text_figure
+
+    ours, theirs = "the same size of ", "the sane size of "
+    fig = text_figure("c", "m", written={("c", "m"): (list(ours), list(theirs))}, per_row=8)
+    z = [list(r) for r in fig.data[0].z]
+    assert len(z) == 6  # three rows of 8 characters, attnlib's above the reader's
+    flagged = [r * 8 + k for r in range(3) for k, v in enumerate(z[2 * r + 1]) if v == 2]
+    assert flagged == [k for k, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b]
+    assert fig.layout.title.text.endswith("first differs at character 6 of 17: n for m</sup>")
+    assert fig.data[0].text[0][3] == "␣"  # a space is shown, not left blank
+    with pytest.raises(ValueError, match="one length in tokens; got 2 and 3"):
+        text_figure("c", "m", written={("c", "m"): ("ab", "abc")})

@@ -9,14 +9,14 @@ compares every sublayer's output; this module only draws them.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import pandas as pd
 import plotly.graph_objects as go
 
 from attnlib.viz.style import HEIGHT, style
 
-__all__ = ["FLOOR", "divergence_figure"]
+__all__ = ["FLOOR", "divergence_figure", "text_figure"]
 
 FLOOR = -16
 """log10 of the relative difference drawn for an exact match (float64 rounds near 1e-16)."""
@@ -81,3 +81,55 @@ def divergence_figure(case: str, model: str, *,
     return style(fig, f"{case} on {model}<br><sup>{sub}</sup>", height=HEIGHT + 60)
 
 
+
+
+def text_figure(case: str, model: str, *,
+                written: Mapping[tuple[str, str], tuple[Sequence[str], Sequence[str]]],
+                per_row: int = 16) -> go.Figure:
+    """The characters attnlib's decoder and the reader's write, side by side, row by row.
+
+    ``written[(case, model)]`` is ``(attnlib's tokens, the reader's tokens)``, each a sequence
+    of decoded tokens (a string: one token per character) written greedily by its own decoder
+    through its own caches. Rows alternate attnlib's and the reader's
+    ``per_row`` characters; a character of the reader's that differs from attnlib's is
+    coloured, and the title names the first one.
+
+    Example:
+        >>> fig = text_figure("x", "m", written={("x", "m"): ("abcd", "abXd")}, per_row=2)
+        >>> fig.layout.title.text
+        'x on m<br><sup>first differs at character 2 of 4: X for c</sup>'
+    """
+    if (case, model) not in written:
+        held = sorted({m for c, m in written if c == case})
+        raise ValueError(f"no text of {case!r} on {model!r}; that case ran on {held}")
+    ours, theirs = written[(case, model)]
+    if len(ours) != len(theirs):
+        raise ValueError(f"the two texts must have one length in tokens; got {len(ours)} "
+                         f"and {len(theirs)}")
+    z, text, labels = [], [], []
+    for start in range(0, len(ours), per_row):
+        a, b = ours[start:start + per_row], theirs[start:start + per_row]
+        pad = per_row - len(a)
+        z += [[0] * len(a) + [None] * pad,
+              [int(x != y) + 1 for x, y in zip(a, b, strict=True)] + [None] * pad]
+        text += [[_visible(c) for c in a] + [""] * pad, [_visible(c) for c in b] + [""] * pad]
+        labels += [f"attnlib {start}", f"yours {start}"]
+    differs = [k for k, (x, y) in enumerate(zip(ours, theirs, strict=True)) if x != y]
+    sub = ("the same characters throughout" if not differs else
+           f"first differs at character {differs[0]} of {len(ours)}: "
+           f"{_visible(theirs[differs[0]])} for {_visible(ours[differs[0]])}")
+    scale = [[0.0, "#e8eef5"], [0.33, "#e8eef5"], [0.34, "#cfe8dc"], [0.66, "#cfe8dc"],
+             [0.67, "#f4b183"], [1.0, "#f4b183"]]
+    fig = go.Figure(go.Heatmap(
+        z=z, text=text, texttemplate="%{text}", textfont={"size": 12}, zmin=0, zmax=2,
+        y=labels, colorscale=scale, showscale=False, xgap=1, ygap=3,
+        hovertemplate="%{y} + %{x}: %{text}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", type="category")
+    fig.update_xaxes(title_text="character in the row (orange: yours differs)", dtick=4)
+    return style(fig, f"{case} on {model}<br><sup>{sub}</sup>",
+                 height=HEIGHT if len(labels) <= 4 else HEIGHT + 30 * (len(labels) - 4))
+
+
+def _visible(token: str) -> str:
+    """A token as a cell shows it: spaces as the open-box sign, newlines as the return sign."""
+    return token.replace(" ", "␣").replace("\n", "↵")
