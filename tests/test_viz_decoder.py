@@ -94,3 +94,10 @@ def test_text_figure_colours_exactly_the_characters_that_differ():
     assert fig.data[0].text[0][3] == "␣"  # a space is shown, not left blank
     with pytest.raises(ValueError, match="one length in tokens; got 2 and 3"):
         text_figure("c", "m", written={("c", "m"): ("ab", "abc")})
+
+
+def test_a_special_token_takes_one_cell():
+    from attnlib.viz.decoder import text_figure
+
+    fig = text_figure("c", "m", written={("c", "m"): (["a", "b"], ["a", "<pad>"])})
+    assert list(fig.data[0].text[1][:2]) == ["a", "▯"]

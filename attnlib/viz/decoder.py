@@ -75,9 +75,11 @@ def divergence_figure(case: str, model: str, *,
                   "tickvals": [-15, -10, -5, 0], "len": 0.9},
         hovertemplate="step %{y}, %{x}: relative difference %{text}<extra></extra>"))
     fig.update_yaxes(autorange="reversed", title_text="step", type="category")
-    fig.update_xaxes(title_text="place, in the order it runs", tickangle=-60,
-                     type="category")
-    fig.update_layout(margin={"b": 150})
+    fig.update_xaxes(title_text="place, in the order it runs", tickangle=-90,
+                     type="category", tickvals=places,
+                     ticktext=[p.replace("attention", "attn").replace("feed-forward", "FFN")
+                               for p in places])
+    fig.update_layout(margin={"b": 130})
     return style(fig, f"{case} on {model}<br><sup>{sub}</sup>", height=HEIGHT + 60)
 
 
@@ -92,7 +94,8 @@ def text_figure(case: str, model: str, *,
     of decoded tokens (a string: one token per character) written greedily by its own decoder
     through its own caches. Rows alternate attnlib's and the reader's
     ``per_row`` characters; a character of the reader's that differs from attnlib's is
-    coloured, and the title names the first one.
+    coloured, and the title names the first one. A token of several characters (``<pad>``)
+    is drawn as ▯.
 
     Example:
         >>> fig = text_figure("x", "m", written={("x", "m"): ("abcd", "abXd")}, per_row=2)
@@ -131,5 +134,9 @@ def text_figure(case: str, model: str, *,
 
 
 def _visible(token: str) -> str:
-    """A token as a cell shows it: spaces as the open-box sign, newlines as the return sign."""
-    return token.replace(" ", "␣").replace("\n", "↵")
+    """A token as a cell shows it: a space as the open-box sign, a newline as the return
+    sign, and a token of several characters (a special one, such as ``<pad>``) as ▯, so
+    every cell holds one glyph."""
+    if len(token) > 1:
+        return "▯"
+    return {" ": "␣", "\n": "↵"}.get(token, token)
