@@ -18,8 +18,9 @@ from attnlib.viz.style import HEIGHT, style
 
 __all__ = ["FLOOR", "divergence_figure", "text_figure"]
 
-FLOOR = -16
-"""log10 of the relative difference drawn for an exact match (float64 rounds near 1e-16)."""
+FLOOR = -10
+"""The level drawn where the two agree, within the table's ``rtol``: differences that small
+are rounding, and differ from CPU to CPU, so they are not drawn one by one."""
 
 
 def divergence_figure(case: str, model: str, *,
@@ -29,9 +30,9 @@ def divergence_figure(case: str, model: str, *,
     Rows are steps (0: the prompt; then each token fed through the caches), columns the
     places in the order they run (the embedding, each layer's attention and feed-forward
     sublayer, the logits); a cell's colour is log10 of the largest difference there over the
-    largest entry of attnlib's output (:data:`FLOOR` for an exact match, 1 for a wrong
-    shape). The title names the first place above the table's ``rtol`` (``first_divergence``'s
-    tolerance: 1e-9 in float64, 1e-4 in float32).
+    largest entry of attnlib's output, to one decimal (:data:`FLOOR` within the table's
+    ``rtol``, 1 for a wrong shape). The title names the first place above the table's
+    ``rtol`` (``first_divergence``'s tolerance: 1e-9 in float64, 1e-4 in float32).
 
     Args:
         case: the mistake (or ``"your pieces"``), a key of ``tables`` with ``model``.
@@ -53,14 +54,16 @@ def divergence_figure(case: str, model: str, *,
     steps = sorted(set(table["step"]))
     grid = table.pivot(index="step", columns="place", values="relative").loc[steps, places]
 
+    rtol = float(table["rtol"].iloc[0])
+
     def level(x: float) -> float:
         if not math.isfinite(x):
             return 1.0
-        return max(FLOOR, min(1.0, math.log10(x))) if x > 0 else FLOOR
+        return FLOOR if x <= rtol else max(FLOOR, min(1.0, round(math.log10(x), 1)))
 
-    z = [[round(level(float(v)), 2) for v in row] for row in grid.to_numpy()]
-    text = [[f"{float(v):.2g}" for v in row] for row in grid.to_numpy()]
-    rtol = float(table["rtol"].iloc[0])
+    z = [[level(float(v)) for v in row] for row in grid.to_numpy()]
+    text = [["within rtol" if float(v) <= rtol else f"{float(v):.2g}" for v in row]
+            for row in grid.to_numpy()]
     apart = table[~(table["relative"] <= rtol)]
     if apart.empty:
         sub = f"agrees everywhere (relative difference at most {rtol:g})"
@@ -72,7 +75,7 @@ def divergence_figure(case: str, model: str, *,
         z=z, x=places, y=[str(s) for s in steps], zmin=FLOOR, zmax=1, text=text,
         colorscale="Viridis", xgap=1, ygap=1,
         colorbar={"title": {"text": "log10", "side": "top"}, "thickness": 10,
-                  "tickvals": [-15, -10, -5, 0], "len": 0.9},
+                  "tickvals": [-10, -5, 0], "len": 0.9},
         hovertemplate="step %{y}, %{x}: relative difference %{text}<extra></extra>"))
     fig.update_yaxes(autorange="reversed", title_text="step", type="category")
     fig.update_xaxes(title_text="place, in the order it runs", tickangle=-90,
