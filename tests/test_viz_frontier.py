@@ -81,7 +81,7 @@ def test_feature_count_figure_and_twin():
     Q = torch.randn(16, 8, generator=gen, dtype=torch.float64) * 0.5
     K = torch.randn(16, 8, generator=gen, dtype=torch.float64) * 0.5
     A = torch.exp(Q @ K.T / math.sqrt(8))
-    np.testing.assert_allclose(scatter.x, A.flatten().numpy(), atol=1e-4)
+    np.testing.assert_allclose(scatter.x, A.flatten().numpy(), atol=5.1e-4)  # 3 decimals
     twin = viz.twin(vf.feature_count_figure, "r", [1, 4])
     assert len(twin.layout.sliders[0].steps) == 2
 

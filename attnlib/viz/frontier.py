@@ -582,8 +582,8 @@ def feature_count_figure(r: int = 16, orthogonal: bool = False, *, seed: int = 0
     )
     fig.add_trace(
         go.Scatter(
-            x=rounded(A.flatten(), 4),
-            y=rounded(A_hat.flatten(), 4),
+            x=rounded(A.flatten(), 3),
+            y=rounded(A_hat.flatten(), 3),
             mode="markers",
             name=f"entries of A_hat ({kind})",
             marker={"color": COLORS["main"], "size": 5, "opacity": 0.6},

@@ -513,6 +513,24 @@ def twin_controls(twin: dict, uid: str, backwards: set[int] | frozenset = frozen
     )
 
 
+def drawable_template(figure: dict) -> dict:
+    """The figure with its template's trace defaults cut to the types the bundle draws.
+
+    plotly.py's templates carry defaults for some twenty trace types (``layout.template.data``:
+    carpet, choropleth, barpolar, ...), about 4 KB in every figure; a default applies only to
+    traces of its own type, and the build stops on any type outside ``scatter`` and
+    ``PLOTLY_TRACES``, so the others are never read. The notebook keeps them all.
+    """
+    layout = figure.get("layout") or {}
+    template = layout.get("template") or {}
+    defaults = template.get("data")
+    if not isinstance(defaults, dict):
+        return figure
+    drawn = {"scatter", *PLOTLY_TRACES}
+    kept = {kind: value for kind, value in defaults.items() if kind in drawn}
+    return {**figure, "layout": {**layout, "template": {**template, "data": kept}}}
+
+
 def figure_html(figure: dict) -> str:
     """A figure as the page holds it: its controls (a twin's), the box it is drawn into,
     its JSON, the line that sizes the box before anything is drawn, and its caption."""
@@ -569,7 +587,7 @@ class PlotlyMimeRenderer:
                 f"hold: add them to PLOTLY_TRACES in {Path(__file__).name}"
             )
         # The scripts that draw it are added by page_scripts, for every page that has one.
-        html = figure_html(figure)
+        html = figure_html(drawable_template(figure))
         return [nodes.raw(text=html, format="html", classes=["output", "plotly"])]
 
 

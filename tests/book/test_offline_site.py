@@ -55,6 +55,30 @@ def test_plotly_json_lands_in_the_page_intact(offline_site: ModuleType) -> None:
     assert "Interactive on the site" in caption
 
 
+def test_template_keeps_the_defaults_of_the_traces_the_bundle_draws(
+    offline_site: ModuleType,
+) -> None:
+    import plotly.graph_objects as go
+
+    figure = go.Figure(go.Scatter(x=[0, 1], y=[1, 0]), layout={"template": "plotly_white"})
+    content = json.loads(figure.to_json())
+    before = json.dumps(content, sort_keys=True)
+    (node,) = offline_site.PlotlyMimeRenderer.handle_mime(
+        _RecordingRenderer(), _mime(PLOTLY, content), False)
+    (payload,) = re.findall(rf'<script type="{re.escape(PLOTLY)}">(.*?)</script>', node.astext())
+    page = json.loads(payload)
+    kinds = set(content["layout"]["template"]["data"])
+    assert {"carpet", "choropleth", "scatter", "bar", "heatmap"} <= kinds  # plotly's defaults
+    kept, given = page["layout"]["template"]["data"], content["layout"]["template"]["data"]
+    assert set(kept) == {"scatter", "bar", "heatmap"}
+    for kind in kept:  # what is kept is kept whole
+        assert kept[kind] == given[kind]
+    assert page["layout"]["template"]["layout"] == content["layout"]["template"]["layout"]
+    assert page["data"] == content["data"]
+    assert json.dumps(content, sort_keys=True) == before  # the notebook's figure is untouched
+    assert len(payload) < len(json.dumps(content, separators=(",", ":"))) - 3000
+
+
 def test_other_mime_types_are_left_to_myst_nb(offline_site: ModuleType) -> None:
     renderer = _RecordingRenderer()
     for mime_type in ("text/html", "text/plain", "image/png"):
