@@ -15,6 +15,8 @@ import attnlib
 from attnlib import LatentCache, MultiHeadLatentAttention
 from attnlib.analysis.costs import (
     DECODE_PATHS,
+    H800,
+    Chip,
     decode_step_macs,
     fit_exponent,
     generation_macs,
@@ -214,3 +216,30 @@ def test_fit_exponent_is_least_squares_on_logs():
     assert fit_exponent([1, 2, 4], [5, 20, 80]) == pytest.approx(2.0)
     with pytest.raises(ValueError, match="same length"):
         fit_exponent([1, 2], [1, 2, 3])
+
+
+def test_chip_roofline_against_its_closed_form():
+    # The H800's break-even, by hand: 990e12 FLOP/s / 2 FLOPs per multiply-add / 3.35e12 B/s.
+    assert H800.break_even == pytest.approx(990e12 / 2 / 3.35e12, rel=1e-15)
+    assert round(H800.break_even, 1) == 147.8
+    chip = Chip("toy", peak_flops=8.0, bandwidth=2.0)  # 4 multiply-adds/s, 2 bytes/s
+    assert chip.macs_per_second == 4.0 and chip.break_even == 2.0
+    assert chip.seconds(macs=12, n_bytes=3) == (1.5, 3.0)
+    # Below the break-even a kernel waits on memory, above it on arithmetic.
+    assert chip.bound(macs=3.9, n_bytes=2) == "memory"
+    assert chip.bound(macs=4.1, n_bytes=2) == "compute"
+    # MLA's absorbed decoding path at 32,768 keys sits just below the H800's break-even.
+    cost = mla_decode_cost(attnlib.analysis.memory.DEEPSEEK_V2, 32_768, path="absorbed")
+    intensity = cost["macs_attention"] / cost["cache_bytes"]
+    assert 0.5 * H800.break_even < intensity < H800.break_even
+    assert H800.bound(cost["macs_attention"], cost["cache_bytes"]) == "memory"
+
+
+@pytest.mark.parametrize("field", ["peak_flops", "bandwidth"])
+@pytest.mark.parametrize("bad", [0, -1.0, math.inf])
+def test_chip_rejects_a_number_that_is_not_positive(field, bad):
+    given = {"peak_flops": 1e12, "bandwidth": 1e12, field: bad}
+    with pytest.raises(ValueError, match=field):
+        Chip("bad", **given)
+    with pytest.raises(ValueError, match="n_bytes"):
+        H800.seconds(macs=1.0, n_bytes=0)

@@ -9,23 +9,35 @@ byte counts of :mod:`attnlib.analysis.memory` beside it:
 - :func:`mla_decode_cost` counts the multiply-adds and bytes of one MLA layer decoding one
   token along each of the paths in :data:`DECODE_PATHS` (lesson 07);
 - :func:`fit_exponent` reads the growth exponent ``k`` of a cost ``y ~ c x^k`` off a few
-  measured or counted points (lessons 01 and 05).
+  measured or counted points (lessons 01 and 05);
+- :class:`Chip` holds the two numbers of an accelerator that set a roofline, its peak
+  arithmetic and its memory bandwidth, and :data:`H800` the chip DeepSeek's kernels report
+  on (lessons 07 and 09).
 
-Lessons: 01_attention_as_lookup, 05_kv_cache, 07_mla.
+Lessons: 01_attention_as_lookup, 05_kv_cache, 07_mla, 09_frontier.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from attnlib._checks import check_bool, check_choice, check_nonnegative_int, check_positive_int
+from attnlib._checks import (
+    check_bool,
+    check_choice,
+    check_nonnegative_int,
+    check_positive_float,
+    check_positive_int,
+)
 from attnlib.analysis.memory import ModelSpec
 
 __all__ = [
     "DECODE_PATHS",
     "FFN_MATRICES",
+    "H800",
+    "Chip",
     "decode_step_macs",
     "fit_exponent",
     "generation_macs",
@@ -35,6 +47,62 @@ __all__ = [
 
 FFN_MATRICES: dict[str, int] = {"swiglu": 3, "gelu": 2, "relu": 2}
 """Weight matrices of ``d x d_ff`` entries in each kind of feed-forward network."""
+
+
+@dataclass(frozen=True)
+class Chip:
+    """An accelerator as a roofline sees it: peak arithmetic and memory bandwidth.
+
+    A kernel that does ``macs`` multiply-adds and moves ``n_bytes`` to or from main memory
+    takes at least ``max(n_bytes / bandwidth, macs / (peak_flops / 2))`` seconds (one
+    multiply-add is two FLOPs). The two balance at the *break-even intensity*
+    ``peak_flops / (2 · bandwidth)`` multiply-adds per byte: a kernel below it waits on
+    memory (memory-bound), one above it on arithmetic (compute-bound).
+
+    Args:
+        name: what the chip is called.
+        peak_flops: dense 16-bit FLOP/s.
+        bandwidth: bytes per second from main memory.
+
+    Example:
+        >>> chip = Chip("toy", peak_flops=4e12, bandwidth=1e12)
+        >>> chip.break_even, chip.bound(macs=1e9, n_bytes=1e9)
+        (2.0, 'memory')
+    """
+
+    name: str
+    peak_flops: float
+    bandwidth: float
+
+    def __post_init__(self) -> None:
+        check_positive_float("peak_flops", self.peak_flops)
+        check_positive_float("bandwidth", self.bandwidth)
+
+    @property
+    def macs_per_second(self) -> float:
+        """Peak multiply-adds per second, ``peak_flops / 2``."""
+        return self.peak_flops / 2
+
+    @property
+    def break_even(self) -> float:
+        """Multiply-adds per byte at which memory and arithmetic take the same time."""
+        return self.macs_per_second / self.bandwidth
+
+    def seconds(self, macs: float, n_bytes: float) -> tuple[float, float]:
+        """The least time to move ``n_bytes`` and the least to do ``macs`` multiply-adds."""
+        check_positive_float("macs", macs)
+        check_positive_float("n_bytes", n_bytes)
+        return n_bytes / self.bandwidth, macs / self.macs_per_second
+
+    def bound(self, macs: float, n_bytes: float) -> str:
+        """``"memory"`` or ``"compute"``: which of the two times of :meth:`seconds` is longer."""
+        t_memory, t_math = self.seconds(macs, n_bytes)
+        return "memory" if t_memory > t_math else "compute"
+
+
+H800 = Chip("H800 SXM5", peak_flops=990e12, bandwidth=3.35e12)
+"""NVIDIA's H800 SXM5, on which FlashMLA and DeepSeek's papers report: 990 TFLOP/s dense in
+16 bits and 3.35 TB/s of HBM3 bandwidth, a break-even of 147.8 multiply-adds per byte."""
 
 
 def decode_step_macs(
