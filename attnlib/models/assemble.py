@@ -611,6 +611,17 @@ def _attnlib_record(model: TinyDecoder, ids: torch.Tensor, caches) -> tuple[dict
     return rec, logits
 
 
+def _check_model(model: object) -> TinyDecoder:
+    if not isinstance(model, TinyDecoder):
+        raise TypeError(f"model must be an attnlib TinyDecoder; got {type(model).__name__}")
+    return model
+
+
+def _default_rtol(model: object) -> float:
+    """The tolerance of a comparison with ``model``: 1e-9 in float64, 1e-4 in float32."""
+    return 1e-9 if _check_model(model).E.dtype == torch.float64 else 1e-4
+
+
 def _comparisons(model: TinyDecoder, pieces: Pieces, ids: torch.Tensor, steps: int,
                  weights: Weights | None):
     """``(step, layer, sublayer, max |reader - attnlib|, max |attnlib|)`` in the order the
@@ -618,8 +629,7 @@ def _comparisons(model: TinyDecoder, pieces: Pieces, ids: torch.Tensor, steps: i
     whose output has the wrong shape or type gives ``inf``."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise ValueError(f"steps must be an int >= 0; got {steps!r}")
-    if not isinstance(model, TinyDecoder):
-        raise TypeError(f"model must be an attnlib TinyDecoder; got {type(model).__name__}")
+    _check_model(model)
     reader = ReaderDecoder(model if weights is None else weights, pieces)
     ours, theirs, step_ids = model.new_caches(), reader.new_caches(), ids
     for step in range(steps + 1):
@@ -668,8 +678,8 @@ def first_divergence(model: TinyDecoder, pieces: Pieces, ids: torch.Tensor, *,
 
     Lesson: 14_your_model.
     """
-    if rtol is None and isinstance(model, TinyDecoder):
-        rtol = 1e-9 if model.E.dtype == torch.float64 else 1e-4
+    if rtol is None:
+        rtol = _default_rtol(model)
     for step, layer, sublayer, diff, top in _comparisons(model, pieces, ids, steps, weights):
         if not diff <= rtol * top:  # NaN parts too
             return Divergence(step, layer, sublayer, diff)
@@ -699,7 +709,7 @@ def divergence_table(model: TinyDecoder, pieces: Pieces, ids: torch.Tensor, *,
     import pandas as pd  # here, so that the exercises' checks need no pandas
 
     names = {"attention": "attention", "feed_forward": "feed-forward"}
-    rtol = 1e-9 if model.E.dtype == torch.float64 else 1e-4
+    rtol = _default_rtol(model)
     rows = [{"step": step,
              "place": sublayer if layer is None else f"L{layer} {names[sublayer]}",
              "max |diff|": diff, "relative": diff / top if top else diff, "rtol": rtol}

@@ -15,6 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from attnlib.viz.style import HEIGHT, style
+from attnlib.viz.walk import show_char
 
 __all__ = ["FLOOR", "divergence_figure", "text_figure"]
 
@@ -86,8 +87,6 @@ def divergence_figure(case: str, model: str, *,
     return style(fig, f"{case} on {model}<br><sup>{sub}</sup>", height=HEIGHT + 60)
 
 
-
-
 def text_figure(case: str, model: str, *,
                 written: Mapping[tuple[str, str], tuple[Sequence[str], Sequence[str]]],
                 per_row: int = 16) -> go.Figure:
@@ -137,9 +136,8 @@ def text_figure(case: str, model: str, *,
 
 
 def _visible(token: str) -> str:
-    """A token as a cell shows it: a space as the open-box sign, a newline as the return
-    sign, and a token of several characters (a special one, such as ``<pad>``) as ▯, so
-    every cell holds one glyph."""
-    if len(token) > 1:
-        return "▯"
-    return {" ": "␣", "\n": "↵"}.get(token, token)
+    """A token as a cell shows it: one character as the book prints it
+    (:func:`attnlib.viz.walk.show_char`: ``␣`` for a space, ``⏎`` for a newline), and a token
+    of several characters (a special one, such as ``<pad>``) as ▯, so every cell holds one
+    glyph."""
+    return "▯" if len(token) > 1 else show_char(token)

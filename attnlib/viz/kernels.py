@@ -158,6 +158,11 @@ WALK_VIEWS = ("forward", "backward: dK, dV", "backward: dQ")
 _READ = ("Q", "K", "V", "dO", "L", "D")
 
 
+H100_SM_KB = {"registers": 256, "shared": 228}
+"""KB of registers and of shared memory in one H100 streaming multiprocessor: what the
+programs running on it share (one program's take: :func:`tile_budget`)."""
+
+
 def tile_budget(block_m: int, block_n: int, d: int, *, stages: int = 2, in_bytes: int = 2,
                 acc_bytes: int = 4) -> tuple[float, float]:
     """KB of registers and of shared memory that one forward program's blocks take.
@@ -235,14 +240,13 @@ def tile_walk(n: int, block_m: int, block_n: int, causal: bool, view: str = "for
             else:
                 loads = ()
             rows = slice(step["i"] * block_m, min(n, (step["i"] + 1) * block_m))
+            n_rows = rows.stop - rows.start
             keys = min(n, (step["j"] + 1) * block_n) - step["j"] * block_n
-            width = {"Q": d, "dO": d, "L": 1, "D": 1, "K": d, "V": d}
-            size = {"Q": rows.stop - rows.start, "dO": rows.stop - rows.start,
-                    "L": rows.stop - rows.start, "D": rows.stop - rows.start,
-                    "K": keys, "V": keys}
+            size = {"Q": n_rows * d, "dO": n_rows * d, "L": n_rows, "D": n_rows,
+                    "K": keys * d, "V": keys * d}  # elements of each tensor's tile
             each = ("Q", "dO", "L", "D") if own == "j" else ("K", "V")
             for name in (*loads, *each):
-                reads[name] += size[name] * width[name]
+                reads[name] += size[name]
             step["read"] = dict(reads)
             step["L rows"] = L[0, 0, rows].tolist()
             step["D rows"] = D[0, 0, rows].tolist()
@@ -363,7 +367,8 @@ def backward_memory_figure(n: int = 1024, d: int = 64, block: int = 64) -> go.Fi
     :func:`backward_memory_table` at every length of :data:`MEMORY_LENGTHS` up to ``n``.
     Right: the registers and shared memory one forward program of ``block x block`` tiles
     takes (:func:`tile_budget`) with 16-bit and with 32-bit inputs, against an H100
-    multiprocessor's 256 KB of registers and 228 KB of shared memory (dashed).
+    multiprocessor's 256 KB of registers and 228 KB of shared memory (:data:`H100_SM_KB`,
+    dashed).
 
     Example:
         >>> fig = backward_memory_figure(256, 32, 64)
@@ -387,7 +392,7 @@ def backward_memory_figure(n: int = 1024, d: int = 64, block: int = 64) -> go.Fi
                                         ("shared", OKABE_ITO["bluish green"]))):
         fig.add_trace(go.Bar(x=list(budgets), y=[rounded(v[k], 1) for v in budgets.values()],
                              name=part, marker={"color": colour}), row=1, col=2)
-    for limit in (256, 228):
+    for limit in H100_SM_KB.values():
         fig.add_hline(y=limit, line={"color": COLORS["marker"], "dash": DASHES["marker"],
                                      "width": 1}, row=1, col=2)
     fig.update_xaxes(type="log", title_text="N", tickvals=list(ns),
@@ -397,7 +402,8 @@ def backward_memory_figure(n: int = 1024, d: int = 64, block: int = 64) -> go.Fi
     fig.update_yaxes(range=[0, top], row=1, col=2)
     last = table.loc[ns[-1]]
     style(fig, f"Backward memory, d = {d}: {last['saved, naive / tiled']:.1f}x at N = {ns[-1]}"
-               f"<br><sup>dashed: 256 KB registers, 228 KB shared (H100)</sup>",
+               f"<br><sup>dashed: {H100_SM_KB['registers']} KB registers, "
+               f"{H100_SM_KB['shared']} KB shared (H100)</sup>",
           height=HEIGHT + 40)
     fig.update_layout(barmode="group", legend={"orientation": "h", "x": 0, "y": -0.22,
                                                "yanchor": "top"}, margin={"t": 110, "b": 120})

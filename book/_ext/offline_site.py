@@ -86,6 +86,7 @@ PLOTLY_BUNDLE = "plotly-book.min.js"
 # The trace types the book's figures use: plotly.js's core (which holds scatter) and these.
 # A figure of any other type stops the build (PlotlyMimeRenderer); add the type here.
 PLOTLY_TRACES = ("bar", "heatmap")
+DRAWN_TRACES = frozenset({"scatter", *PLOTLY_TRACES})
 # What the bundle holds, as the module esbuild bundles (from the repository root).
 PLOTLY_ENTRY = (
     "var Plotly = require('plotly.js/lib/core');\n"
@@ -518,16 +519,15 @@ def drawable_template(figure: dict) -> dict:
 
     plotly.py's templates carry defaults for some twenty trace types (``layout.template.data``:
     carpet, choropleth, barpolar, ...), about 4 KB in every figure; a default applies only to
-    traces of its own type, and the build stops on any type outside ``scatter`` and
-    ``PLOTLY_TRACES``, so the others are never read. The notebook keeps them all.
+    traces of its own type, and the build stops on any type outside ``DRAWN_TRACES``, so the
+    others are never read. The notebook keeps them all.
     """
     layout = figure.get("layout") or {}
     template = layout.get("template") or {}
     defaults = template.get("data")
     if not isinstance(defaults, dict):
         return figure
-    drawn = {"scatter", *PLOTLY_TRACES}
-    kept = {kind: value for kind, value in defaults.items() if kind in drawn}
+    kept = {kind: value for kind, value in defaults.items() if kind in DRAWN_TRACES}
     return {**figure, "layout": {**layout, "template": {**template, "data": kept}}}
 
 
@@ -579,8 +579,7 @@ class PlotlyMimeRenderer:
         if data.mime_type != PLOTLY_MIME:
             return None
         figure = data.content if isinstance(data.content, dict) else json.loads(data.string)
-        drawn = {"scatter", *PLOTLY_TRACES}
-        other = {t.get("type", "scatter") for t in figure.get("data") or []} - drawn
+        other = {t.get("type", "scatter") for t in figure.get("data") or []} - DRAWN_TRACES
         if other:
             raise ExtensionError(
                 f"a figure draws {sorted(other)}, which the site's plotly.js bundle does not "
