@@ -2,7 +2,9 @@
 
 A planted answer is a mistake written apart from the checker's own catalogue; the checker
 must call it incorrect, and where ``names`` is set its message must name the mistake.
-Messages never name a mistake the answer did not make (``avoid``).
+Messages never name a mistake the answer did not make (``avoid``), and where ``names`` is
+not set (the checker cannot tell which mistake it is) the message gives none of the
+exercise's catalogued hints.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import re
 import pytest
 from planted import Planted, all_planted
 
-from attnlib.exercises import check, labels
+from attnlib.exercises import catalogue, check, labels
 
 PLANTED = all_planted()
 
@@ -41,3 +43,6 @@ def test_planted_answer_is_refused(planted: Planted):
     if planted.avoid is not None:
         assert not re.search(planted.avoid, result.message, re.IGNORECASE), (
             f"{planted.what}: the message names a mistake not made: {result.message}")
+    if planted.names is None:
+        named = [hint for _, hint in catalogue(planted.label) if hint in result.message]
+        assert not named, f"{planted.what}: the message names a catalogued mistake: {named}"

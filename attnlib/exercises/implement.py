@@ -118,8 +118,11 @@ def implementation(label: str) -> Callable[[Callable[[], Implementation]], Calla
         def check_implementation(answer: object) -> str | None:
             return run_implementation(spec(), answer)
 
+        def mistakes() -> list[tuple[object, str]]:
+            return [(m.fn, m.hint) for m in spec().mistakes]
+
         check_implementation.__module__ = spec.__module__  # the lesson's module
-        checker(label)(check_implementation)
+        checker(label, mistakes=mistakes)(check_implementation)
         _IMPLEMENTATIONS[label] = spec
         return spec
 
@@ -188,6 +191,9 @@ def _index(flat: int, shape: torch.Size) -> tuple[int, ...]:
     return tuple(reversed(index))
 
 
+_FLOAT32_ONLY = "is right only to float32's precision"
+
+
 def differ(got: object, expected: torch.Tensor, name: str) -> str | None:
     """Why one output differs from the expected tensor, or None when it agrees."""
     if not isinstance(got, torch.Tensor):
@@ -216,7 +222,7 @@ def differ(got: object, expected: torch.Tensor, name: str) -> str | None:
     if expected.dtype == torch.float64 and torch.allclose(
             g, e, rtol=f32_rtol, atol=f32_atol * largest, equal_nan=True):
         off = (g - e).abs().nan_to_num(nan=0.0).max().item()
-        return (f"{name} is right only to float32's precision (off by up to {off:.2g}): "
+        return (f"{name} {_FLOAT32_ONLY} (off by up to {off:.2g}): "
                 "compute in the input's dtype, float64 here, with no .float() or float32 "
                 "tensor of your own on the way")
     bad = ~torch.isfinite(g) & torch.isfinite(e)
@@ -225,8 +231,10 @@ def differ(got: object, expected: torch.Tensor, name: str) -> str | None:
         return f"{name} holds {g[where].item()} at {where}, where {e[where].item():.4g} is expected"
     diff = (g - e).abs().nan_to_num(nan=0.0)
     where = _index(int(diff.flatten().argmax()), g.shape)
+    x, y = e[where].item(), g[where].item()
+    digits = next((k for k in range(4, 17) if f"{x:.{k}g}" != f"{y:.{k}g}"), 17)
     return (f"{name} is off by up to {diff[where].item():.3g} at {where} "
-            f"(expected {e[where].item():.4g}, got {g[where].item():.4g})")
+            f"(expected {x:.{digits}g}, got {y:.{digits}g})")
 
 
 def _close_statistical(got: object, expected: torch.Tensor, name: str, z: float) -> str | None:
@@ -282,6 +290,16 @@ def _raising_mistake(spec: Implementation, got: list, exc: BaseException) -> str
     return None
 
 
+def _agrees(got: tuple, case: Case, fn: object, z: float) -> bool:
+    """Whether ``fn`` (a catalogued mistake) gives the reader's outputs ``got`` on ``case``;
+    a mistake that raises there agrees with nothing."""
+    try:
+        theirs = _run(case, fn, reader=False)
+    except Exception:
+        return False
+    return _mismatch(got, theirs, case, z) is None
+
+
 def run_implementation(spec: Implementation, answer: object) -> str | None:
     """Run the reader's ``answer`` on every case; a hint, or None when it is right.
 
@@ -306,14 +324,13 @@ def run_implementation(spec: Implementation, answer: object) -> str | None:
     if not failures:
         return None
     for mistake in spec.mistakes:
-        try:
-            theirs = [_run(case, mistake.fn, reader=False) for case in spec.cases]
-        except Exception:
-            continue
-        if all(_mismatch(g, t, case, spec.z) is None
-               for g, t, case in zip(got, theirs, spec.cases, strict=True)):
-            return mistake.hint
-    i, why = failures[0]
+        if all(_agrees(g, case, mistake.fn, spec.z) for g, case in zip(got, spec.cases,
+                                                                       strict=True)):
+            return mistake.hint  # (all() stops at the first case where the two differ)
+    # a case that fails by more than float32's rounding says more than one that fails only
+    # by it (a small term misplaced elsewhere also looks like float32 there)
+    coarse = [(i, why) for i, why in failures if _FLOAT32_ONLY not in why]
+    i, why = (coarse or failures)[0]
     case = spec.cases[i]
     shapes = f"; inputs {case.shapes}" if case.shapes else ""
     return f"case {i + 1} of {len(spec.cases)} ('{case.name}'{shapes}) fails: {why}."
