@@ -121,7 +121,7 @@ def test_bad_arguments_name_the_rule():
         flash_attention(Q, Q, Q, block_n=24)
     with pytest.raises(ValueError, match=r"Q must have 4 dimensions \(B, H, N, d\)"):
         flash_attention(Q[0], Q[0], Q[0])
-    with pytest.raises(ValueError, match="scale must be a positive number; got -1"):
+    with pytest.raises(ValueError, match=r"scale must be a finite positive number \(> 0\); got -1"):
         flash_attention(Q, Q, Q, scale=-1.0)
 
 

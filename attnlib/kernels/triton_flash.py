@@ -38,7 +38,7 @@ import os
 
 import torch
 
-from attnlib.kernels.backward import check_qkv
+from attnlib.kernels.backward import check_grouped_qkv
 
 if not torch.cuda.is_available() and "TRITON_INTERPRET" not in os.environ:
     os.environ["TRITON_INTERPRET"] = "1"
@@ -201,7 +201,7 @@ def tile_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def _check(Q, K, V, scale, block_m, block_n):
-    s = check_qkv(Q, K, V, scale)
+    s = check_grouped_qkv(Q, K, V, scale)
     if Q.dtype not in DTYPES:
         raise TypeError(f"Q, K and V must be float16, bfloat16 or float32 (the kernels "
                         f"accumulate in float32); got {Q.dtype}")
