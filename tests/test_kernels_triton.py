@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
+import nbformat
 import pytest
 import torch
 import torch.nn.functional as F
@@ -231,3 +234,25 @@ def test_the_interpreter_is_what_the_environment_said_at_import():
         "os.environ['TRITON_INTERPRET'] = '0'  # too late: the kernels were made\n"
         "assert triton_flash.interpreting()\n", TRITON_INTERPRET="1")
     assert done.returncode == 0, done.stderr
+
+
+# A code cell that makes a Triton kernel or imports attnlib's or the exercises' kernels.
+KERNEL_CELL = re.compile(r"@triton\.jit|triton_flash|lesson_13_kernels|exercises\.lesson_13 import")
+
+
+def test_lessons_that_run_kernels_turn_the_interpreter_on_first():
+    """attnlib sets nothing, so a lesson that makes or imports a Triton kernel sets
+    TRITON_INTERPRET itself, without a GPU, in a code cell before the first such cell."""
+    lessons = sorted((Path(__file__).resolve().parents[1] / "lessons").glob("[0-9][0-9]_*.ipynb"))
+    found = []
+    for path in lessons:
+        code = [re.sub(r"#.*", "", c.source) for c in nbformat.read(path, as_version=4).cells
+                if c.cell_type == "code"]  # without comments
+        first = next((i for i, src in enumerate(code) if KERNEL_CELL.search(src)), None)
+        if first is None:
+            continue
+        found.append(path.stem[:2])
+        sets = [i for i, src in enumerate(code) if 'device.type != "cuda"' in src
+                and 'os.environ["TRITON_INTERPRET"] = "1"' in src]
+        assert sets and sets[0] < first, f"{path.name}: no interpreter cell before cell {first}"
+    assert found == ["13", "14"], found
