@@ -372,7 +372,7 @@ SURFACE = {
             "generation_macs", "importance_attention", "kv_cache_bytes",
             "linear_attention", "linear_attention_recurrent", "linformer_attention",
             "machine", "mla_cache_bytes", "mla_decode_cost", "multiply_adds", "norm_proposal",
-            "nystrom_attention", "paired_bootstrap", "performer_attention",
+            "nystrom_attention", "online_softmax", "paired_bootstrap", "performer_attention",
             "positive_random_features",
             "product_probabilities", "random_feature_kernel", "randomised_mla_from_mha",
             "randomised_svd", "randomised_svd_multiply_adds", "ratio", "sample_keys",

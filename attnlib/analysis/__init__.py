@@ -31,6 +31,7 @@ from attnlib.analysis.costs import (
     mla_decode_cost,
 )
 from attnlib.analysis.flash import (
+    online_softmax,
     tiled_attention,
 )
 from attnlib.analysis.intervals import (
@@ -96,6 +97,7 @@ __all__ = [
     "fit_exponent",
     "generation_macs",
     "mla_decode_cost",
+    "online_softmax",
     "tiled_attention",
     "Interval",
     "gap_interval",

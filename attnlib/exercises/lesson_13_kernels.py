@@ -30,7 +30,7 @@ import triton.language as tl
 
 from attnlib.exercises.triton_checks import Guarded, cdiv, is_kernel, launch
 from attnlib.kernels import triton_flash as _flash
-from attnlib.kernels.backward import check_qkv
+from attnlib.kernels.backward import check_grouped_qkv
 
 __all__ = ["Bug", "dkdv_kernel", "dq_kernel", "forward_kernel", "matmul_kernel",
            "reader_flash_attention", "softmax_kernel"]
@@ -562,7 +562,7 @@ def reader_flash_attention(forward=None, dkdv=None, dq=None):
 
     def attend(Q, K, V, causal: bool = False, scale: float | None = None,
                block_m: int = 16, block_n: int = 16) -> torch.Tensor:
-        s = check_qkv(Q, K, V, scale)
+        s = check_grouped_qkv(Q, K, V, scale)
         if Q.dim() != 4:
             raise ValueError(f"Q must have 4 dimensions (B, H, N, d); got shape "
                              f"{tuple(Q.shape)}")
