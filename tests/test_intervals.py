@@ -267,6 +267,8 @@ def test_format_prints_each_bound_with_its_computed_sign() -> None:
     zero = iv.Interval(-0.0, -0.0, 0.0003, 64, 0.0, 0.95, "m")
     assert zero.format(signed=True) == "+0.000 (95% interval +0.000 to +0.000; m)"
     assert str(zero) == "0.000 (95% interval 0.000 to 0.000; m)"
+    assert i._replace(level=0.975).format().startswith("0.010 (97.5% interval")
+    assert i._replace(level=1 - 0.05 / 10).format().startswith("0.010 (99.5% interval")
     above = iv.Interval(0.01, 0.0003, 0.02, 64, 0.04, 0.95, "m")
     assert above.format(signed=True) == "+0.010 (95% interval +0.000 to +0.020; m)"
     assert not i.excludes_zero() and above.excludes_zero()

@@ -28,7 +28,7 @@ Example:
     >>> g.low > 0
     True
 
-Lesson: 06_gqa, 07_mla, 11_serving.
+Lesson: 06_gqa, 07_mla, 09_frontier, 11_serving.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class Interval(NamedTuple):
         def show(x: float) -> str:  # + 0.0 turns an exact -0.0 into 0.0 and nothing else
             return f"{x + 0.0:{sign}.{digits}f}"
 
-        return (f"{show(self.estimate)} ({self.level:.0%} interval {show(self.low)} to "
+        return (f"{show(self.estimate)} ({self.level * 100:g}% interval {show(self.low)} to "
                 f"{show(self.high)}; {self.method})")
 
     def __str__(self) -> str:
