@@ -4,7 +4,7 @@ A lesson's markdown (prose and math) may only quote a number that the reader can
 
 - an output of the same lesson that nbval checks (stream, text/plain, text/html, and the
   text a plotly figure shows: titles, labels, annotations, slider steps, trace names, but
-  not its data arrays; outputs of `# NBVAL_IGNORE_OUTPUT` cells do not count), or
+  not its data arrays; outputs of cells tagged `nbval-ignore-output` do not count), or
 - the source of one of its code cells (an input the reader sees), or
 - a given constant listed in the notebook's metadata with the work it comes from:
   ``nb.metadata["attnbook"]["given"] = [{"value": "128,000", "source": "<key of
@@ -62,7 +62,7 @@ BIBLIOGRAPHY = BOOK_DIR / "references.bib"
 LESSONS_DIR = BOOK_ROOT / "lessons"
 # Front pages whose prose is checked; api.md and bibliography.md are generated listings.
 SKIPPED_PAGES = {"api.md", "bibliography.md"}
-IGNORE_MARKER = "# NBVAL_IGNORE_OUTPUT"
+IGNORE_TAG = "nbval-ignore-output"  # nbval runs the cell and does not compare its output
 PLOTLY = "application/vnd.plotly.v1+json"
 TEXT_MIMES = ("text/plain", "text/html", "text/markdown", "text/latex")
 
@@ -445,7 +445,7 @@ def lesson_pool(notebook: nbformat.NotebookNode) -> set[float]:
     for cell in notebook.cells:
         if cell.cell_type == "code":
             values |= pool_values(cell.source)
-            if IGNORE_MARKER in cell.source.splitlines()[:1]:
+            if IGNORE_TAG in cell.get("metadata", {}).get("tags", []):
                 continue  # nbval does not check this output
             for output in cell.get("outputs", []):
                 values |= pool_values(_output_text(output))
