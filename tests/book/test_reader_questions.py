@@ -125,7 +125,8 @@ def _shows_output(cell: nbformat.NotebookNode) -> bool:
     if any(output.output_type == "error" for output in outputs):
         return False
     for output in outputs:
-        if output.output_type == "stream" and output.get("name") == "stdout" and output.text.strip():
+        printed = output.output_type == "stream" and output.get("name") == "stdout"
+        if printed and output.text.strip():
             return True
         if output.output_type in ("execute_result", "display_data") and output.get("data"):
             return True
@@ -232,7 +233,8 @@ PRINTED = [nbformat.v4.new_output("stream", name="stdout", text="4\n")]
 
 def test_a_question_needs_a_computing_cell_with_output_before_the_next() -> None:
     notebook = _notebook(
-        ("md", '## Questions readers ask\n\n### "First?"\n\n:::{dropdown} x\n### not a question\n:::'),
+        ("md", '## Questions readers ask\n\n### "First?"\n\n'
+               ':::{dropdown} x\n### not a question\n:::'),
         ("code", "print(2 + 2)", PRINTED),
         ("md", 'Yes.\n\n### "Second?"'),
         ("code", "import math\nprint('four')", PRINTED),  # imports and a constant
