@@ -90,7 +90,7 @@ PLANTED = [
     # 08.5: rope at given positions
     Planted("08.5", "positions counted on from the first", _counts_from_first),
     Planted("08.5", "base 10,000 always", _base_10000),
-    Planted("08.5", "angles in float32", _float32_angles, names=r"float32"),
+    Planted("08.5", "angles in float32", _float32_angles, avoid=r"rotat|pair|base"),
     Planted("08.5", "interleaved pairs", _pairs_interleaved, names=r"interleaved"),
     Planted("08.5", "pairs numbered from 1", _i_from_one),
     Planted("08.5", "rotated by -m theta", _clockwise, names=r"other way"),

@@ -1132,8 +1132,9 @@ PLANTED = [
             names=r"fails: dK ", avoid=r"without its scale|brings one factor"),
     # 13.7
     Planted("13.7", "dS not cast before dS K", _dq_ds_uncast, names=r"one dtype"),
+    # its stop adds BLOCK_N where the tile's rows end at BLOCK_M: the stop counted in BLOCK_N
     Planted("13.7", "stop a key block past the tile's first row", _dq_stop_from_key_tiles,
-            avoid=_NO_CAUSAL_NAMED),
+            names=r"counts query rows"),
     Planted("13.7", "every key tile visited, its loads masked", _dq_all_tiles_masked_loads,
             names=r"leaves out the tiles the mask would empty"),
     Planted("13.7", "int32 head offsets", _dq_int32_head, names=_INT64),
