@@ -11,7 +11,7 @@ attnlib's own frontier layers (Gated DeltaNet and Kimi Delta Attention, DeepSeek
 Attention, DeepSeek-V4's compressed attention, sinks) are being built beside this module;
 once they exist, the tests marked "measured on Hugging Face's cache" and "hand count" below
 can measure attnlib's caches instead, with attnlib's conventions (a window cache of ``w``
-tokens, ``K - 1`` convolution inputs).
+tokens, ``K_c - 1`` convolution inputs).
 """
 
 from __future__ import annotations
@@ -324,8 +324,8 @@ def _numel(*tensors):
 @pytest.mark.filterwarnings("ignore")
 def test_qwen3_next_schedule_matches_hugging_faces_cache():
     """Gated DeltaNet's state and convolution and gated attention's K and V, in
-    Qwen3NextForCausalLM's cache. Hugging Face keeps K convolution columns; the recurrence
-    reads K - 1 of them, which is what attnlib counts."""
+    Qwen3NextForCausalLM's cache. Hugging Face keeps K_c convolution columns; the recurrence
+    reads K_c - 1 of them, which is what attnlib counts."""
     from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
 
     torch.manual_seed(0)
@@ -347,7 +347,7 @@ def test_qwen3_next_schedule_matches_hugging_faces_cache():
         if hasattr(layer, "recurrent_states"):
             conv, state = layer.conv_states[0], layer.recurrent_states[0]
             assert conv.shape == (1, channels, 4) and state.shape == (1, 4, 8, 6)
-            measured += _numel(conv, state) - channels  # one column more than K - 1
+            measured += _numel(conv, state) - channels  # one column more than K_c - 1
         else:
             measured += _numel(layer.keys, layer.values)
     assert measured == sum(spec.sequence_values(n_prompt + n_new).values())
@@ -541,7 +541,7 @@ def test_linear_layer_counts_the_products_run():
     expected = attnlib.analysis.approx.delta_rule(q[:, None], k[:, None], v[:, None],
                                                   beta[:, None], alpha=alpha[:, :1])
     torch.testing.assert_close(y, expected[:, 0])
-    # the short convolution: K products per channel of q, k and v
+    # the short convolution: K_c products per channel of q, k and v
     assert macs["conv"] == K * (H * d_k * 2 + H * d_v)
 
 

@@ -341,7 +341,7 @@ def layer_decode_macs(spec: ModelSpec, kind: str, n_ctx: int) -> dict[str, int]:
         full      scores = H N a            values = H N c
         sliding   keys read n = min(N, w):  H n a,  H n c
         sparse    indexer = N H_I (d_I + 1);  keys read n = min(N, k):  H n a,  H n c
-        linear    state = 4 H_v d_k d_v     conv = K (2 H_k d_k + H_v d_v)
+        linear    state = 4 H_v d_k d_v     conv = K_c (2 H_k d_k + H_v d_v)
         csa       indexer = floor(N/m) H_I (d_I + 1)
                   keys read n = min(N, w) + min(floor(N/m), k):  H n a,  H n c
                   compressor = 2 r + 2 d_I

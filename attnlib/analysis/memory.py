@@ -26,7 +26,7 @@ sequence of ``N`` tokens (``ModelSpec.layer_types`` lists them layer by layer, o
 - ``"sparse"`` (DeepSeek Sparse Attention): MLA's ``N`` rows plus the lightning indexer's
   own key of width ``d_I`` for every token;
 - ``"linear"`` (Gated DeltaNet, Kimi Delta Attention): a recurrent state of
-  ``H_v · d_k · d_v`` numbers and the last ``K - 1`` inputs of its short convolution,
+  ``H_v · d_k · d_v`` numbers and the last ``K_c - 1`` inputs of its short convolution,
   whatever ``N`` is;
 - ``"csa"`` and ``"hca"`` (DeepSeek-V4's compressed sparse and heavily compressed
   attention): a window of ``min(N, w)`` rows, one compressed row for every ``m`` tokens
@@ -105,7 +105,7 @@ LAYER_PARTS: tuple[str, ...] = ("kv", "compressed", "index", "state", "conv", "c
 - ``"index"``: the lightning indexer's keys (one per token for ``"sparse"``, one per
   compressed row for ``"csa"``);
 - ``"state"``: a linear layer's recurrent state ``S``, ``H_v`` matrices of ``d_k x d_v``;
-- ``"conv"``: the last ``K - 1`` inputs of a linear layer's short convolution;
+- ``"conv"``: the last ``K_c - 1`` inputs of a linear layer's short convolution;
 - ``"compressor"``: DeepSeek-V4's buffers for the window being compressed.
 """
 
@@ -240,7 +240,7 @@ class ModelSpec:
             shared by ``H_v / H_k`` value heads, as in GQA.
         d_linear_key: ``d_k``, the key width of one linear head.
         d_linear_value: ``d_v``, the value width of one linear head (``None``: ``d_k``).
-        conv_kernel: ``K``, the width of the linear layer's short causal convolution over
+        conv_kernel: ``K_c``, the width of the linear layer's short causal convolution over
             its queries, keys and values (0 for none).
         n_index_heads: ``H_I``, the lightning indexer's query heads.
         d_index: ``d_I``, the width of one indexer key (and query head).
@@ -628,15 +628,15 @@ class ModelSpec:
             full      kv = N r
             sliding   kv = min(N, w) r
             sparse    kv = N r                  index = N d_I
-            linear    state = H_v d_k d_v       conv = (K - 1)(2 H_k d_k + H_v d_v)
+            linear    state = H_v d_k d_v       conv = (K_c - 1)(2 H_k d_k + H_v d_v)
             csa       kv = min(N, w) r          compressed = floor(N / m) r
                       index = floor(N / m) d_I  compressor = 8 m r + 8 m d_I
             hca       kv = min(N, w) r          compressed = floor(N / m') r
                       compressor = 2 m' r
 
         The linear layer's convolution runs over its queries and keys (``H_k d_k`` channels
-        each) and values (``H_v d_v``) and needs the last ``K - 1`` inputs of each channel
-        (Hugging Face's caches keep ``K`` columns, one more than the recurrence reads).
+        each) and values (``H_v d_v``) and needs the last ``K_c - 1`` inputs of each channel
+        (Hugging Face's caches keep ``K_c`` columns, one more than the recurrence reads).
         DeepSeek-V4's compressor keeps, for the window it is filling, the projected rows and
         their gate scores: ``2m`` rows of width ``2r`` each for CSA's overlapping windows
         (and ``2m`` of ``2 d_I`` for its indexer's compressor), ``m'`` rows of width ``r``
