@@ -469,7 +469,9 @@ class ModelSpec:
         """Bytes per token over all layers with the model's own attention.
 
         MLA models count ``N_L · (d_L + d_R) · b``; the others ``2 · N_L · G · d_head · b``
-        (``N_L · G · (d_head + d_v) · b`` when ``d_v`` differs).
+        (``N_L · G · (d_head + d_v) · b`` when ``d_v`` differs). Every layer counts as a
+        full one, whatever ``layer_types`` says; :meth:`sequence_bytes` counts each layer as
+        its kind.
 
         Args:
             bytes_per_elem: ``b`` (2 for bf16/fp16, 1 for fp8).
@@ -521,7 +523,9 @@ class ModelSpec:
 
             c · ((N_L - n_window_layers) · N + n_window_layers · min(N, w)) · B
 
-        which is :meth:`kv_cache_bytes` for a model without a window.
+        which is :meth:`kv_cache_bytes` for a model without a window. Layers of the other
+        kinds of ``layer_types`` (linear, sparse, compressed) count as global here;
+        :meth:`sequence_bytes` counts them as what they are.
 
         Args:
             n_tokens: ``N``, tokens per sequence.
