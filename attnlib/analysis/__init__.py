@@ -1,7 +1,7 @@
 """What attention costs and how to approximate it: bytes, multiply-adds, tiles, estimators.
 
-- ``memory``      cache byte accounting and published model presets      (lessons 00, 05-07)
-- ``costs``       multiply-adds of decoding, MLA's decoding paths         (01, 05, 07)
+- ``memory``      cache and state bytes, published models, layer schedules (00, 05-07, 15)
+- ``costs``       multiply-adds of decoding, MLA's paths, each kind of layer (01, 05, 07, 15)
 - ``flash``       exact tiled attention with an online softmax            (09)
 - ``approx``      linear attention, random features, top-k, delta rule    (09)
 - ``randomised``  sampling, sketching and low-rank estimators             (10)
@@ -25,9 +25,12 @@ from attnlib.analysis.approx import (
 from attnlib.analysis.costs import (
     DECODE_PATHS,
     FFN_MATRICES,
+    MAC_PARTS,
     decode_step_macs,
+    decode_token_macs,
     fit_exponent,
     generation_macs,
+    layer_decode_macs,
     mla_decode_cost,
 )
 from attnlib.analysis.flash import (
@@ -45,12 +48,22 @@ from attnlib.analysis.memory import (
     CACHE_KINDS,
     DEEPSEEK_V2,
     DEEPSEEK_V3,
+    DEEPSEEK_V4_FLASH,
+    DEEPSEEK_V4_PRO,
+    DEEPSEEK_V32,
+    FRONTIER,
     GEMMA3_27B,
+    GPT_OSS_120B,
+    KIMI_LINEAR_48B,
+    LAYER_KINDS,
+    LAYER_PARTS,
     LLAMA2_7B,
     LLAMA3_8B,
     LLAMA3_70B,
     MISTRAL_7B,
     PRESETS,
+    QWEN3_NEXT_80B,
+    STATE_PARTS,
     ModelSpec,
     kv_cache_bytes,
     mla_cache_bytes,
@@ -82,20 +95,33 @@ __all__ = [
     "CACHE_KINDS",
     "DEEPSEEK_V2",
     "DEEPSEEK_V3",
+    "DEEPSEEK_V32",
+    "DEEPSEEK_V4_FLASH",
+    "DEEPSEEK_V4_PRO",
+    "FRONTIER",
     "GEMMA3_27B",
+    "GPT_OSS_120B",
+    "KIMI_LINEAR_48B",
+    "LAYER_KINDS",
+    "LAYER_PARTS",
     "LLAMA2_7B",
     "LLAMA3_8B",
     "LLAMA3_70B",
     "MISTRAL_7B",
     "PRESETS",
+    "QWEN3_NEXT_80B",
+    "STATE_PARTS",
     "ModelSpec",
     "kv_cache_bytes",
     "mla_cache_bytes",
     "DECODE_PATHS",
     "FFN_MATRICES",
+    "MAC_PARTS",
     "decode_step_macs",
+    "decode_token_macs",
     "fit_exponent",
     "generation_macs",
+    "layer_decode_macs",
     "mla_decode_cost",
     "online_softmax",
     "tiled_attention",
