@@ -40,6 +40,7 @@ from attnlib.core.rope import RopeScaling, RopeTables, check_rope_scaling
 from attnlib.layers.base import AttentionLayer
 from attnlib.layers.variants import register_attention
 from attnlib.serving.cache import KVCache, Rows, StaticKVCache
+from attnlib.serving.paged import PagedBlocks, paged_attention
 
 __all__ = [
     "GroupedQueryAttention",
@@ -217,7 +218,11 @@ class GroupedQueryAttention(AttentionLayer):
     def attend(self, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, *,
                mask: torch.Tensor | None = None, causal: bool = False,
                impl: str = "auto") -> torch.Tensor:
-        """``Y_h = Z_h^-1 A_h V_g(h)``: :func:`grouped_query_attention`, or :attr:`attend_fn`."""
+        """``Y_h = Z_h^-1 A_h V_g(h)``: :func:`grouped_query_attention`, or :attr:`attend_fn`;
+        a paged cache's blocks are read through their tables
+        (:func:`~attnlib.serving.paged.paged_attention`)."""
+        if isinstance(K, PagedBlocks):  # a paged cache: read through the block tables
+            return paged_attention(Q, K, V, mask=mask, causal=causal)
         if self.attend_fn is not None:
             return self.attend_fn(Q, K, V, mask=mask, causal=causal)
         return grouped_query_attention(Q, K, V, mask=mask, causal=causal, impl=impl, check=False)

@@ -2,8 +2,8 @@
 
 - ``cache``        the cache protocol; KV, static, latent and window caches (lessons 05, 07)
 - ``sampling``     temperature, top-k, top-p and min-p, a seeded draw        (11)
-- ``paged``        a paged KV cache: blocks, a free list, block tables      (11)
-- ``batching``     continuous batching over paged caches                     (11)
+- ``paged``        a paged KV cache: one pool of blocks, block tables, prefix sharing (11)
+- ``batching``     continuous batching: scheduler, engine, preemption          (11)
 - ``speculative``  speculative decoding: a draft proposes, the target checks (11)
 - ``quant``        int8/int4 quantised KV caches and their errors            (11)
 - ``streaming``    a rolling KV cache with attention sinks                   (11)
@@ -14,7 +14,9 @@ The layers in :mod:`attnlib.layers` write to these caches; nothing here imports 
 from attnlib.serving.batching import (
     BatchCounts,
     BatchResult,
+    Engine,
     Request,
+    Scheduler,
     continuous_batching,
     static_batching_counts,
 )
@@ -28,10 +30,11 @@ from attnlib.serving.cache import (
     WindowCache,
 )
 from attnlib.serving.paged import (
-    BlockAllocator,
+    BlockManager,
     PagedKVCache,
     PagingMemory,
-    batch_mask,
+    Sequence,
+    paged_attention,
     paging_memory,
 )
 from attnlib.serving.quant import (
@@ -83,14 +86,17 @@ __all__ = [
     "top_k_filter",
     "top_p_filter",
     "warp",
-    "BlockAllocator",
+    "BlockManager",
     "PagedKVCache",
     "PagingMemory",
-    "batch_mask",
+    "Sequence",
+    "paged_attention",
     "paging_memory",
     "BatchCounts",
     "BatchResult",
+    "Engine",
     "Request",
+    "Scheduler",
     "continuous_batching",
     "static_batching_counts",
     "RollbackKVCache",
