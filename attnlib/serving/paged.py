@@ -281,16 +281,14 @@ class PagedBlocks(NamedTuple):
 
     What a :class:`PagedKVCache` layer's ``append`` returns in place of dense tensors: the
     attend step of a layer recognises it and calls :func:`paged_attention`.
-
-    Attributes:
-        pool: ``(1, G, n_blocks * s, d)``, this layer's blocks laid end to end (a view).
-        block_size: ``s``.
-        step: the sequences of the pass, their queries, lengths and block runs.
     """
 
     pool: torch.Tensor
+    """``(1, G, n_blocks * s, d)``, this layer's blocks laid end to end (a view)."""
     block_size: int
+    """``s``, the tokens a block holds."""
     step: _Pass
+    """The sequences of the pass, their queries, lengths and block runs."""
 
 
 class _Layer:
