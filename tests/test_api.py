@@ -68,6 +68,7 @@ def test_names_outside_all_stay_in_their_submodule(path):
     assert name not in attnlib.__all__
 
 
+@pytest.mark.slow
 def test_viz_and_exercises_load_on_first_use():
     code = (
         "import sys, attnlib\n"

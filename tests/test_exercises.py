@@ -53,6 +53,7 @@ def test_each_lesson_module_registers_the_checks_of_its_lesson():
         exercises.checker("0.2")
 
 
+@pytest.mark.slow
 def test_checking_answers_loads_no_figure_library():
     """``import attnlib.exercises; check(...)`` needs neither plotly, ipywidgets nor pandas:
     every check runs, with a wrong answer so that each computes its expected value."""
