@@ -666,7 +666,8 @@ def _backward_case(name, seed, which, *, heads=2, N, M, d, scale, causal, blocks
             where = k.unskipped_key_tiles(watch, N, M, block_m, block_n) if which == "dkdv" \
                 else k.unskipped_query_tiles(watch, N, M, block_m, block_n)
             if where:
-                raise CheckFailedError(f"{' and '.join(names)} are right, but {where}: a "
+                verb = "is" if len(names) == 1 else "are"
+                raise CheckFailedError(f"{' and '.join(names)} {verb} right, but {where}: a "
                                        "causal kernel's loop leaves out the tiles the mask "
                                        "would empty, rather than visiting them with its "
                                        "loads masked or not")

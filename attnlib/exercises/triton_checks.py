@@ -212,9 +212,12 @@ class _Watch:
             if stray.any():
                 where = g.where(int(elements[stray][0]))
                 count = int(stray.sum())
-                rule = ("a store needs a mask that turns off the lanes past the end"
-                        if store else "a load needs a mask (and other=) for the lanes past "
-                        "the end, and each row starts at the row stride, not the row length")
+                rule = ("a store needs a mask that turns off the lanes outside the tensor"
+                        if store else "a load needs a mask (and other=) for the lanes outside "
+                        "the tensor, and each row starts at the row stride, not the row length")
+                if "before" in where:  # an offset below zero: no mask past the end helps
+                    rule = (f"the offsets start before {g.name}'s first element: a tile's "
+                            "first row or column is below zero there")
                 raise CheckFailedError(f"the kernel {verb} {g.name} outside its elements, at "
                                        f"{where} ({count} of the {active.size} active lanes "
                                        f"of this {'store' if store else 'load'} do): {rule}")
