@@ -67,7 +67,7 @@ def tiled_attention(
     m = torch.full((*batch, n_q, 1), -math.inf, dtype=work, device=Q.device)  # running max
     l = torch.zeros((*batch, n_q, 1), dtype=work, device=Q.device)  # running normaliser
     acc = torch.zeros((*batch, n_q, V.shape[-1]), dtype=work, device=Q.device)
-    pos_q = query_positions(n_q, n_kv, device=Q.device, check=False)[:, None]  # bottom-right
+    pos_q = query_positions(n_q, n_kv, device=Q.device)[:, None]  # bottom-right
     for start in range(0, n_kv, block_size):
         stop = min(start + block_size, n_kv)
         S = Qw @ K[..., start:stop, :].to(work).transpose(-2, -1)  # (..., N_Q, block)

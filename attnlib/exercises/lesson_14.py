@@ -310,7 +310,7 @@ def _wrong_block(rope_v=False, attn_residual=True, ffn_residual=True, post_norm=
     def block(x, layer, pieces, cache, start):
         L = layer
         h = x if post_norm else pieces.rms_norm(x, L.attn_g, L.attn_eps)
-        Q, K, V = (_split(h @ W, n, check=False) for W, n in
+        Q, K, V = (_split(h @ W, n) for W, n in
                    ((L.W_Q, L.H), (L.W_K, L.G), (L.W_V, L.G)))
         if L.rope_base is not None:
             first = start if offset else 0
@@ -322,7 +322,7 @@ def _wrong_block(rope_v=False, attn_residual=True, ffn_residual=True, post_norm=
             K, V = cache.append(K, V)
         if L.G != L.H:
             K, V = pieces.repeat_kv(K, L.H), pieces.repeat_kv(V, L.H)
-        a = _merge(pieces.attend(Q, K, V), check=False) @ L.W_O
+        a = _merge(pieces.attend(Q, K, V)) @ L.W_O
         x = x + a if attn_residual else a
         if post_norm:
             x = pieces.rms_norm(x, L.attn_g, L.attn_eps)

@@ -163,7 +163,7 @@ def continuous_batching(model, requests: Sequence[Request], *, max_batch: int = 
         for cache in caches:
             cache.select(running, counts, check=False)
         mask = batch_mask(caches[0].lengths, counts, N, device=device)
-        logits = model(ids, caches=caches, attention_mask=mask, check=False)  # (B, N, V)
+        logits = model(ids, caches=caches, attention_mask=mask)  # (B, N, V)
         passes, tokens, slots = passes + 1, tokens + sum(counts), slots + len(running) * N
         steps.append({"step": t, "running": list(running), "n_new": list(counts),
                       "blocks": {r: list(pool.tables[r]) for r in running}})

@@ -38,7 +38,7 @@ from typing import NamedTuple
 import torch
 
 from attnlib._checks import check_nonnegative_int, check_positive_int
-from attnlib.serving.cache import Cache, Rows
+from attnlib.serving.cache import Cache
 
 __all__ = ["BlockAllocator", "PagedKVCache", "PagingMemory", "batch_mask", "paging_memory"]
 
@@ -276,7 +276,7 @@ class PagedKVCache(Cache):
         if self._seqs is None:  # a plain batch: one new sequence per row
             self.select(range(K.shape[0]), check=False)
         if check:
-            self.check_next(Rows.of("K", K), Rows.of("V", V))
+            self.check_next(K, V)
         B, G, N, d = K.shape
         if self._held["K"] is None:
             shape = (G, self.allocator.n_blocks, self.block_size, d)
@@ -313,7 +313,7 @@ class PagedKVCache(Cache):
         return (torch.cat((held[0], K.masked_fill(pad, 0.0)), dim=-2),
                 torch.cat((held[1], V.masked_fill(pad, 0.0)), dim=-2))
 
-    def check_next(self, K: Rows | None, V: Rows | None = None) -> None:
+    def check_next(self, K: torch.Tensor | None, V: torch.Tensor | None = None) -> None:
         """4-D rows ``(B, G, N_new, d)`` of the pools' shape, dtype and device, one row per
         selected sequence, and enough free blocks for them."""
         for name, rows in (("K", K), ("V", V)):

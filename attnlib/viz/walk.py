@@ -183,10 +183,10 @@ def _steps(attn: GroupedQueryAttention, X: torch.Tensor) -> dict[str, torch.Tens
     Q_rot, (K_rot, _) = attn.rotate(Q, (K, V), rope)
     half = attn.d_head // 2  # half-split pairs: cos = (c | c), sin = (-s | s)
     angles = torch.atan2(rope.sin[..., half:], rope.cos[..., :half])  # (N, d_head / 2)
-    K_h = repeat_kv(K_rot, attn.n_heads, check=False)  # (1, H, N, d_head): head h's keys
+    K_h = repeat_kv(K_rot, attn.n_heads)  # (1, H, N, d_head): head h's keys
     S = Q_rot @ K_h.mT / math.sqrt(attn.d_head)  # (1, H, N, N)
     S = S.masked_fill(torch.ones(N, N, dtype=torch.bool).triu(1), float("-inf"))
-    P = attention_weights(Q_rot, K_h, causal=True, check=False)  # (1, H, N, N)
+    P = attention_weights(Q_rot, K_h, causal=True)  # (1, H, N, N)
     Y = attn.attend(Q_rot, K_rot, V, causal=True)  # (1, H, N, d_head)
     out = attn.combine(Y, X)  # (1, N, d)
     return {"Q": Q[0], "K": K[0], "V": V[0], "Q_rot": Q_rot[0], "K_rot": K_rot[0],
