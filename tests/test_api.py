@@ -414,13 +414,62 @@ SURFACE = {
         "sampling_variance", "sketch_attention", "sketch_proposal", "sketched_logits",
     ],
     "analysis.timing": ["Ratio", "Timing", "machine", "ratio", "time_side_by_side"],
+    "analysis.experiments.frontier": [
+        "F64", "FEATURE_COUNTS", "TOPK_VALUES", "feature_error", "feature_errors", "io_table",
+        "largest_intermediate", "needle_table", "rf_estimates", "rf_problem", "sink_table",
+        "tiling_table", "topk_table",
+    ],
+    "analysis.experiments.gqa": [
+        "D_HEAD", "D_IN", "EXPLORER_SETTINGS", "HEAD_COUNTS", "KINDS", "KV_HEAD_COUNTS", "NOISE",
+        "N_TOKENS", "conversion_error", "conversion_table", "draw_mha", "draw_tokens",
+        "explorer_table", "savings_table", "seed_table", "weight_error",
+    ],
+    "analysis.experiments.heads": ["head_patterns", "model_widths_table", "parameter_table"],
+    "analysis.experiments.kvcache": [
+        "DTYPES", "GB", "MEMORY_SETTINGS", "WEIGHT_DTYPE", "decode_timings", "macs_table",
+        "memory", "memory_table", "preset_table", "reservation_table",
+    ],
+    "analysis.experiments.lookup": [
+        "Kernel", "convex_hull", "kernel_table", "query_at", "weights_and_output",
+    ],
+    "analysis.experiments.masks": [
+        "ALIGNMENTS", "D_QK", "MASKS", "MASK_SETTINGS", "N_MAX", "PLACEMENTS", "WEIGHT_SCALES",
+        "builder_weights", "feed_forward_table", "mask_for", "mask_table", "norm_variance_table",
+        "residual_variances", "seen", "weight_scale_table",
+    ],
+    "analysis.experiments.mla": [
+        "CONTEXTS", "CONVERSION", "NAMES", "PATH_LABELS", "SEED", "cache_table",
+        "conversion_errors", "conversion_table", "decode_cost_table", "names_table",
+    ],
+    "analysis.experiments.randomised": [
+        "F64", "PROPOSALS", "QUERY", "SAMPLE_COUNTS", "SHARPNESS", "SKETCH_WIDTH", "error_curves",
+        "estimator_table", "feature_bias_table", "feature_head", "head_of", "importance_bound",
+        "importance_table", "one_thread", "product_table", "proposal_errors", "proposals",
+        "proposals_of", "retrieval_head", "sampling_topk_table", "select_weight_table",
+        "sequence_rank_table", "sketch_table", "structure_table", "svd_table",
+    ],
+    "analysis.experiments.rope": [
+        "Curve", "D_EXPLORE", "KEY_NOISE", "OFFSET_MAX", "ROTATION_SETTINGS", "check_base",
+        "curve_parts", "offset_scores", "rotation_table", "wavelength_table", "wavelengths",
+    ],
+    "analysis.experiments.softmax": [
+        "D_MAX", "MEAN_MAX", "MEDIAN_GAIN", "SATURATION_DIMS", "SCALED", "UNSCALED",
+        "dot_products", "draw_queries_keys", "entropy", "saturation_stats", "saturation_table",
+        "softmax_jacobian", "temperature_table", "variance_table", "weight_row_table",
+    ],
+    "analysis.experiments.tokens": [
+        "cosine_table", "embedding_table", "merge_table", "tokenizer_table",
+    ],
 }
 PACKAGES = {
     "core": ["functional", "heads", "masks", "rope", "sdpa"],
     "serving": ["batching", "cache", "paged", "quant", "sampling", "speculative", "streaming"],
     "layers": ["FeedForward", "TinyDecoder", "TransformerBlock", "base", "blocks", "gates", "gqa",
                "mla", "norms", "sliding", "variants"],
-    "analysis": ["approx", "costs", "flash", "intervals", "memory", "randomised", "timing"],
+    "analysis": ["approx", "costs", "experiments", "flash", "intervals", "memory", "randomised",
+                 "timing"],
+    "analysis.experiments": ["frontier", "gqa", "heads", "kvcache", "lookup", "masks", "mla",
+                             "randomised", "rope", "softmax", "tokens"],
 }
 
 
@@ -436,7 +485,9 @@ def test_each_modules_public_names_are_listed(module):
 def test_a_package_names_its_modules_not_their_names(folder):
     package = importlib.import_module(f"attnlib.{folder}")
     assert sorted(package.__all__) == sorted(PACKAGES[folder])
-    modules = {p.stem for p in (PACKAGE / folder).glob("[!_]*.py")}
+    where = PACKAGE.joinpath(*folder.split("."))
+    modules = {p.stem for p in where.glob("[!_]*.py")} | {
+        p.parent.name for p in where.glob("*/__init__.py")}
     assert modules <= set(package.__all__), modules - set(package.__all__)
     listed = {n for n in package.__all__ if n not in modules}
     assert listed <= {"FeedForward", "TinyDecoder", "TransformerBlock"}, listed
