@@ -36,6 +36,11 @@ JB_FLAGS ?=
 # reduction orders differ from the default run. Committed outputs must pass in both.
 PORTABLE := ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
   MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41
+# One torch thread in each process of make test. Its parts run two at a time on two cores, and
+# a torch thread that waits for a core another process holds spins instead of sleeping: on a
+# busy machine a second thread made small operations up to 36 times slower (the sampled test
+# of speculative decoding: 336 s with two threads, 9 s with one, beside other work).
+ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 # nbval, one kernel per notebook and one notebook per CPU at a time (pytest-xdist; loadfile
 # keeps each notebook's cells together and in order).
 # pytest-xdist workers: one per CPU, and no more than the available memory holds (a lesson's
@@ -45,10 +50,10 @@ NBVAL = -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_
   -n $(call WORKERS,2) --dist loadfile
 
 # The parts of make test that run under tests/footprint.py (see test, below).
-FOOTPRINT_PARTS := test-book test-standalone test-lib test-nbval
+FOOTPRINT_PARTS := test-book test-standalone test-lib test-slow test-nbval
 FOOTPRINT_TARGETS := $(addprefix footprint-,$(FOOTPRINT_PARTS) test-browser)
 
-.PHONY: help book pdf serve lab execute models test test-lib test-nbval test-book \
+.PHONY: help book pdf serve lab execute models test test-lib test-slow test-nbval test-book \
   test-standalone test-browser check-browser doctor clean distclean \
   $(FOOTPRINT_TARGETS)
 
@@ -60,9 +65,9 @@ help:
 	@echo "make execute    run lessons top to bottom and save their outputs (NB=path for one)"
 	@echo "make models     re-train every model attnlib ships (attnlib/models/weights; about 55 minutes of CPU time, one thread)"
 	@echo "make test       ruff, pytest, nbval, book build, standalone lessons, PDF, browser, actionlint"
-	@echo "make test-lib   the fast part: ruff, pytest (no site checks), doctests"
-	@echo "                 (the other parts of make test: test-nbval, test-book, test-standalone,"
-	@echo "                 test-browser, which needs test-book's site and PDF)"
+	@echo "make test-lib   the fast part: ruff, pytest without the slow tests and the site checks, doctests"
+	@echo "                 (the other parts of make test: test-slow, test-nbval, test-book,"
+	@echo "                 test-standalone, test-browser, which needs test-book's site and PDF)"
 	@echo "make doctor     which system packages are missing (FIX=1 installs them, with sudo)"
 	@echo "make clean      remove $(BUILD) and caches (distclean: also .venv and node_modules)"
 
@@ -134,21 +139,27 @@ execute: $(VENV_STAMP)
 models: $(VENV_STAMP)
 	$(BIN)/python -m attnlib.models.train all
 
-# Day-to-day work on attnlib: lint, the tests, the docstring examples; no lesson runs, no site.
+# Day-to-day work on attnlib: lint, the tests not marked slow, the docstring examples; no lesson
+# runs, no site. The slow tests (pytest -m slow: training steps, sampling statistics, a
+# benchmark run, kernels in Triton's interpreter) are a part of make test of their own.
 test-lib: $(VENV_STAMP) $(NPM_STAMP)
 	@echo "== ruff"
 	$(BIN)/ruff check .
-	@echo "== attnlib tests and book source checks"
-	$(BIN)/python -m pytest tests/ --ignore=tests/book/site
+	@echo "== attnlib tests and book source checks, without the slow ones"
+	$(ONE_THREAD) $(BIN)/python -m pytest tests/ --ignore=tests/book/site -m "not slow"
 	@echo "== attnlib docstring examples (doctests), then again on portable kernels"
-	$(BIN)/python -m pytest --doctest-modules attnlib
+	$(ONE_THREAD) $(BIN)/python -m pytest --doctest-modules attnlib
 	$(PORTABLE) $(BIN)/python -m pytest -q --doctest-modules attnlib
 
-# make test: four parts that need nothing from each other run two at a time, in the order
+test-slow: $(VENV_STAMP)
+	@echo "== the slow tests of attnlib (pytest -m slow)"
+	$(ONE_THREAD) $(BIN)/python -m pytest tests/ --ignore=tests/book/site -m slow
+
+# make test: five parts that need nothing from each other run two at a time, in the order
 # that keeps both CPUs busy: test-book (mostly one CPU) beside the standalone lessons, whose
 # two environments are installed side by side and whose lessons then run a kernel per CPU;
-# test-lib (one CPU) takes the first free slot and nbval (a kernel per CPU) the last, so
-# that what ends last can use both CPUs. Each part's output is printed when it ends. The
+# test-lib and test-slow (one CPU each) take the free slots and nbval (a kernel per CPU) the
+# last, so that what ends last can use both CPUs. Each part's output is printed when it ends. The
 # browser checks come last and alone: they need the built site and the PDF, and their
 # three browsers fill both CPUs by themselves.
 TEST_JOBS ?= 2
@@ -158,7 +169,7 @@ TEST_JOBS ?= 2
 # and fails when one process went over the 4 GiB the README promises.
 test: check-browser $(VENV_STAMP) $(NPM_STAMP)
 	@$(PYTHON) tests/footprint.py start
-	@echo "== test-book, test-standalone, test-lib, test-nbval: $(TEST_JOBS) at a time, each part's output when it ends"
+	@echo "== $(FOOTPRINT_PARTS): $(TEST_JOBS) at a time, each part's output when it ends"
 	$(MAKE) -j $(TEST_JOBS) --output-sync=target $(addprefix footprint-,$(FOOTPRINT_PARTS)) \
 	  BROWSER_CHECKED=1
 	$(MAKE) footprint-test-browser
@@ -174,7 +185,7 @@ $(FOOTPRINT_TARGETS): footprint-%:
 
 test-nbval: $(VENV_STAMP)
 	@echo "== lessons against their committed outputs (nbval), then again on portable kernels"
-	$(BIN)/python $(NBVAL) lessons/
+	$(ONE_THREAD) $(BIN)/python $(NBVAL) lessons/
 	$(PORTABLE) $(BIN)/python $(NBVAL) -q lessons/
 
 test-book: $(BROWSER_CHECK) $(VENV_STAMP) $(NPM_STAMP)
@@ -191,7 +202,7 @@ STANDALONE_ENVS ?= colab newest
 
 test-standalone: $(VENV_STAMP)
 	@echo "== each lesson alone, in a fresh environment: $(STANDALONE_ENVS)"
-	$(BIN)/python tests/check_lessons_standalone.py $(addprefix --env ,$(STANDALONE_ENVS))
+	$(ONE_THREAD) $(BIN)/python tests/check_lessons_standalone.py $(addprefix --env ,$(STANDALONE_ENVS))
 
 # Needs the site and the PDF that test-book builds.
 test-browser: check-browser $(VENV_STAMP) $(NPM_STAMP)

@@ -35,17 +35,6 @@ Example:
             [1, 1, 1]], dtype=torch.int32)
 """
 
-import os as _os
-
-import torch as _torch
-
-# Triton reads TRITON_INTERPRET when it is first imported, and torch imports it on its own
-# (torch.utils.flop_counter does): so that the kernels of attnlib.kernels.triton_flash, and the
-# reader's own in lesson 13, run on the CPU in Triton's interpreter where there is no CUDA
-# device, attnlib sets TRITON_INTERPRET=1 then, unless it is set already.
-if "TRITON_INTERPRET" not in _os.environ and not _torch.cuda.is_available():
-    _os.environ["TRITON_INTERPRET"] = "1"
-
 from attnlib import examples, tokens  # noqa: F401  (attnlib.tokens, attnlib.examples)
 from attnlib.analysis.flash import tiled_attention
 from attnlib.analysis.memory import (

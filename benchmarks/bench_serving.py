@@ -20,13 +20,17 @@ card.
   the held-out loss.
 * Hugging Face's quantised cache: the same weights in ``LlamaForCausalLM``
   (:func:`bench_hf.llama_twin`) decode the same windows one character at a time through
-  ``QuantizedCache("quanto", ...)`` (optimum-quanto's group-wise integer quantiser, which
-  runs on the CPU): the held-out loss for each choice, against the same decoding through a
-  ``DynamicCache``, which must give attnlib's float loss.
+  ``QuantizedCache("quanto", ...)`` (optimum-quanto's group-wise integer quantiser): the
+  held-out loss for each choice, against the same decoding through a ``DynamicCache``, which
+  must give attnlib's float loss. optimum-quanto unpacks its 2- and 4-bit integers with a C++
+  (or CUDA) extension that it compiles on first use, inside the run, and guards with a lock
+  file that a killed run leaves behind; the benchmark unpacks them in PyTorch instead
+  (:func:`quanto_unpack_in_pytorch`, the same bits, no compiler), and records so.
 """
 
 from __future__ import annotations
 
+import warnings
 from functools import partial
 
 import torch
@@ -163,6 +167,39 @@ def quantised(device: torch.device, model, ids: torch.Tensor, targets: torch.Ten
     return rows
 
 
+def unpack_uint8(packed: torch.Tensor, bits: int) -> torch.Tensor:
+    """The ``8 // bits`` integers of ``bits`` bits held in each byte of ``packed``, as uint8.
+
+    optimum-quanto packs the ``i``-th of them into bits ``[bits * i, bits * (i + 1))`` of a
+    byte, the ``i``-th slice of the unpacked tensor along dimension 0; unpacking shifts each
+    down and masks it: ``(packed >> bits * i) & (2**bits - 1)``, concatenated along dim 0.
+    """
+    mask = (1 << bits) - 1
+    return torch.cat([(packed >> shift) & mask for shift in range(0, 8, bits)]).to(torch.uint8)
+
+
+def quanto_unpack_in_pytorch(device: torch.device) -> str:
+    """Route ``quanto::unpack`` on ``device`` to :func:`unpack_uint8`; return what now runs.
+
+    Importing optimum-quanto registers, for the CPU (and CUDA), an unpacking kernel that
+    compiles a C++ (CUDA) extension the first time it runs, in the middle of a measurement,
+    waiting on a lock file in the installed package that a killed compile leaves behind.
+    The PyTorch version computes the same integers and needs no compiler.
+    """
+    import optimum.quanto  # noqa: F401  (defines quanto::unpack and its compiled kernels)
+
+    key = "CUDA" if device.type == "cuda" else "CPU"
+    library = torch.library.Library("quanto", "IMPL")
+    with warnings.catch_warnings():  # "overriding a previously registered kernel"
+        warnings.simplefilter("ignore")
+        library.impl("unpack", unpack_uint8, key)
+    _KEEP.append(library)  # a Library's registrations last as long as the object
+    return "pytorch"
+
+
+_KEEP: list = []
+
+
 # (nbits, axis_key, axis_value) of Hugging Face's QuantizedCache, in its own terms. Axis 0
 # cuts each token's head vector into groups of HF_GROUP channels (16: one group per head,
 # attnlib's "per token"), each with a scale and a zero point; no token is kept in float
@@ -180,6 +217,7 @@ def hf_quantised(device: torch.device, model, ids: torch.Tensor, targets: torch.
     from transformers import DynamicCache, QuantizedCache
 
     transformers.logging.set_verbosity_error()
+    unpack = quanto_unpack_in_pytorch(device)
     hf = llama_twin(model)
     ids, targets = ids.to(device), targets.to(device)
 
@@ -203,6 +241,7 @@ def hf_quantised(device: torch.device, model, ids: torch.Tensor, targets: torch.
     return {
         "backend": "quanto",
         "optimum_quanto": version("optimum-quanto"),
+        "unpack": unpack,
         "q_group_size": HF_GROUP,
         "residual_length": 1,
         "float_loss": float_loss,

@@ -213,10 +213,19 @@ def notes(results: dict) -> list[str]:
         f"QuantizedCache(\"{results['serving']['hf_quantised']['backend']}\") (optimum-quanto "
         f"{results['serving']['hf_quantised']['optimum_quanto']}, groups of "
         f"{results['serving']['hf_quantised']['q_group_size']}, residual_length "
-        f"{results['serving']['hf_quantised']['residual_length']}), loss minus the same "
+        f"{results['serving']['hf_quantised']['residual_length']}"
+        f"{_unpack_note(results['serving']['hf_quantised'])}), loss minus the same "
         "decoding through a DynamicCache (its float loss, checked against attnlib's).",
         "times: medians over interleaved repeats.",
     ]
+
+
+def _unpack_note(hf_quantised: dict) -> str:
+    """How optimum-quanto's integers were unpacked: in PyTorch, or (runs recorded before the
+    field existed) by its compiled extension."""
+    if hf_quantised.get("unpack") == "pytorch":
+        return ", integers unpacked in PyTorch rather than by its compiled extension"
+    return ""
 
 
 def machine_line(results: dict) -> str:

@@ -156,15 +156,19 @@ def collect(device: torch.device, quick: bool) -> dict:
         "threads": torch.get_num_threads(),
         "quick": quick,
         "machine": machine(device),
-        "attention": bench_attention.run(device, sizes["attention"], reps["attention"]),
-        "decode": bench_decode.run(device, sizes["decode"], reps["decode"]),
-        "profile": bench_decode.profile(device, **sizes["profile"], repeats=reps["profile"]),
-        "hf": bench_hf.run(device, sizes["hf"], reps["hf"]),
-        "memory": bench_memory.run(device, sizes["memory"]),
-        "step": bench_step.run(device, sizes["step"]["N"], reps["step"],
-                               sizes["step"]["kv_heads"]),
-        "mla": bench_mla.run(device, sizes["mla"]["N"], sizes["mla"]["d_latent"], reps["mla"]),
-        "serving": bench_serving.run(device, sizes["serving"], reps["serving"]),
+        "attention": _part("attention", bench_attention.run, device, sizes["attention"],
+                           reps["attention"]),
+        "decode": _part("decode", bench_decode.run, device, sizes["decode"], reps["decode"]),
+        "profile": _part("profile", bench_decode.profile, device, **sizes["profile"],
+                         repeats=reps["profile"]),
+        "hf": _part("hf", bench_hf.run, device, sizes["hf"], reps["hf"]),
+        "memory": _part("memory", bench_memory.run, device, sizes["memory"]),
+        "step": _part("step", bench_step.run, device, sizes["step"]["N"], reps["step"],
+                      sizes["step"]["kv_heads"]),
+        "mla": _part("mla", bench_mla.run, device, sizes["mla"]["N"],
+                     sizes["mla"]["d_latent"], reps["mla"]),
+        "serving": _part("serving", bench_serving.run, device, sizes["serving"],
+                         reps["serving"]),
     }
     met = {}
     if not quick:
@@ -203,6 +207,13 @@ def collect(device: torch.device, quick: bool) -> dict:
         and results["serving"]["hf_quantised"]["float_agrees"]
     )
     return results
+
+
+def _part(name: str, run, *args, **kwargs):
+    """``run(*args, **kwargs)``, after a line on stderr that names the part now running (a run
+    stopped half-way, or a test's timeout, then says where it was)."""
+    print(f"benchmark: {name} ...", file=sys.stderr, flush=True)
+    return run(*args, **kwargs)
 
 
 def table(results: dict) -> str:

@@ -15,6 +15,28 @@ def tolerances(dtype: torch.dtype) -> dict[str, float]:
     }[dtype]
 
 
+def attention_loop(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, *, causal: bool = False,
+                   scale: float | None = None) -> torch.Tensor:
+    """Softmax attention one query row at a time, with no mask and no infinity: row ``i`` takes
+    the keys it sees (all ``M``, or causal the first ``i + M - N + 1``: the queries are the last
+    ``N`` positions), their softmax weights and the weighted sum of their values; a row that
+    sees no key is zeros. ``Q (..., H, N, d)``, ``K (..., G, M, d)``, ``V (..., G, M, d_V)``,
+    query head ``h`` reading kv head ``h // (H // G)``. Differentiable, for reference gradients.
+    """
+    H, G, N, M = Q.shape[-3], K.shape[-3], Q.shape[-2], K.shape[-2]
+    s = Q.shape[-1] ** -0.5 if scale is None else scale
+    K, V = (x.repeat_interleave(H // G, dim=-3) for x in (K, V))
+    rows = []
+    for i in range(N):
+        seen = min(M, i + M - N + 1) if causal else M
+        if seen <= 0:
+            rows.append(Q.new_zeros((*Q.shape[:-2], V.shape[-1])))
+            continue
+        w = torch.softmax(s * Q[..., i:i + 1, :] @ K[..., :seen, :].mT, dim=-1)
+        rows.append((w @ V[..., :seen, :]).squeeze(-2))
+    return torch.stack(rows, dim=-2)
+
+
 def assert_correct(label: str, answer: object, capsys) -> None:
     """``exercises.check(label, answer)`` accepts the answer and prints exactly that."""
     from attnlib import exercises

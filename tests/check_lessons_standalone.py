@@ -139,10 +139,28 @@ def _ensure_venv(env: str, pins: list[str]) -> Path:
     return _python(venv_dir)
 
 
-def _build_wheel(workdir: Path) -> Path:
+# What attnlib's wheel is built from (pyproject.toml names the packages and their data).
+WHEEL_SOURCES = ("pyproject.toml", "README.md", "LICENSE", "attnlib")
+
+
+def build_wheel(workdir: Path) -> Path:
+    """attnlib's wheel, built from a fresh copy of its sources in ``workdir``.
+
+    setuptools builds in the source folder and keeps ``build/`` from one run to the next, so
+    a wheel built in the repository would still ship a module deleted since the last build
+    (and a build killed half-way would leave its files behind). The copy starts empty.
+    """
+    source = workdir / "source"
+    source.mkdir()
+    for name in WHEEL_SOURCES:
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, source / name,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(REPO / name, source / name)
     wheels = workdir / "wheels"
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", wheels, REPO],
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", wheels, source],
         check=True,
     )
     (wheel,) = wheels.glob("attnlib-*.whl")
@@ -281,7 +299,7 @@ def main() -> int:
     failed = 0
     pythons = {}
     with tempfile.TemporaryDirectory(prefix="attnlib-wheel-") as tmp:
-        wheel = _build_wheel(Path(tmp))
+        wheel = build_wheel(Path(tmp))
         # The environments are made side by side: pip is one process on one CPU, and
         # waits for the network where the packages are not cached.
         with ThreadPoolExecutor(max_workers=len(envs)) as pool:

@@ -395,16 +395,21 @@ SURFACE = {
         "positive_random_features", "random_feature_kernel", "topk_attention", "topk_mask",
     ],
     "analysis.costs": [
-        "Chip", "DECODE_PATHS", "FFN_MATRICES", "H800", "decode_step_macs", "fit_exponent",
-        "generation_macs", "mla_decode_cost",
+        "Chip", "DECODE_PATHS", "FFN_MATRICES", "H800", "MAC_PARTS", "decode_step_macs",
+        "decode_token_macs", "fit_exponent", "generation_macs", "layer_decode_macs",
+        "mla_decode_cost",
     ],
-    "analysis.flash": ["tiled_attention"],
+    "analysis.flash": ["online_softmax", "tiled_attention"],
     "analysis.intervals": [
-        "Interval", "gap_interval", "paired_bootstrap", "seed_interval", "t_quantile",
+        "Interval", "gap_interval", "paired_bootstrap", "seed_interval", "serial_correlation",
+        "t_quantile",
     ],
     "analysis.memory": [
-        "CACHE_KINDS", "DEEPSEEK_V2", "DEEPSEEK_V3", "GEMMA3_27B", "LLAMA2_7B", "LLAMA3_70B",
-        "LLAMA3_8B", "MISTRAL_7B", "ModelSpec", "PRESETS", "kv_cache_bytes", "mla_cache_bytes",
+        "CACHE_KINDS", "DEEPSEEK_V2", "DEEPSEEK_V3", "DEEPSEEK_V32", "DEEPSEEK_V4_FLASH",
+        "DEEPSEEK_V4_PRO", "FRONTIER", "GEMMA3_27B", "GPT_OSS_120B", "KIMI_LINEAR_48B",
+        "LAYER_KINDS", "LAYER_PARTS", "LLAMA2_7B", "LLAMA3_70B", "LLAMA3_8B", "MISTRAL_7B",
+        "ModelSpec", "PRESETS", "QWEN3_NEXT_80B", "STATE_PARTS", "kv_cache_bytes",
+        "mla_cache_bytes",
     ],
     "analysis.randomised": [
         "ESTIMATORS", "effective_sample_size", "gaussian_sketch", "importance_attention",

@@ -18,6 +18,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import torch
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 SCRIPT = BENCHMARKS / "run.py"
@@ -39,12 +40,31 @@ def sample() -> dict:
     return json.loads(SAMPLE.read_text(encoding="utf-8"))
 
 
+# The quick run takes about 30 s on one CPU of a quiet two-core machine; a run still going after
+# 20 times that has hung, and the test says which part it was in.
+QUICK_RUN_TIMEOUT_S = 600
+
+
+def run_reporting_hangs(command: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """``subprocess.run(command)``; past ``timeout`` seconds, fail with the last lines it wrote
+    (run.py names each part on stderr as it starts it)."""
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                              check=False)
+    except subprocess.TimeoutExpired as hung:
+        said = hung.stderr or b""
+        said = said.decode(errors="replace") if isinstance(said, bytes) else said
+        last = "\n".join(said.splitlines()[-5:])
+        pytest.fail(f"{' '.join(command[1:])} still running after {timeout:.0f} s, 20 times "
+                    f"its usual time; stopped. Its last lines:\n{last}")
+
+
+@pytest.mark.slow
 def test_quick_benchmark_run(tmp_path, device, report):
     out = tmp_path / "results.json"
-    done = subprocess.run(
+    done = run_reporting_hangs(
         [sys.executable, str(SCRIPT), "--quick", "--device", str(device), "--out", str(out)],
-        capture_output=True, text=True, timeout=300, check=False,
-    )
+        QUICK_RUN_TIMEOUT_S)
     assert done.returncode == 0, done.stderr
     results = json.loads(out.read_text())
     assert results["quick"] is True and results["device"] == str(device)
@@ -330,3 +350,43 @@ def test_bench_kernels_covers_the_grid_and_times_nothing_without_a_gpu(capsys, t
     assert bench.main(["--out", str(out)]) == 0
     assert "nothing is timed" in capsys.readouterr().out
     assert not out.exists()
+
+
+def _bench_serving() -> ModuleType:
+    """benchmarks/bench_serving.py, imported with benchmarks/ on the path (it imports its
+    neighbours by name)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        spec = importlib.util.spec_from_file_location("bench_serving",
+                                                      BENCHMARKS / "bench_serving.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return module
+
+
+@pytest.mark.parametrize("bits", [2, 4])
+def test_quanto_unpacking_in_pytorch_inverts_its_packing(bits):
+    """The benchmark's PyTorch unpacking gives back every integer optimum-quanto packed, and
+    once routed, quanto's own op runs it: nothing is compiled on first use (the compiled
+    extension waits on a lock file that a killed run leaves behind)."""
+    from optimum.quanto.tensor.packed import pack_weights
+
+    bench = _bench_serving()
+    values = torch.randint(0, 2**bits, (8 * 3, 5), dtype=torch.uint8,
+                           generator=torch.Generator().manual_seed(bits))
+    packed = pack_weights(values, bits)
+    assert packed.numel() == values.numel() * bits // 8
+    assert torch.equal(bench.unpack_uint8(packed, bits), values)
+    assert bench.quanto_unpack_in_pytorch(torch.device("cpu")) == "pytorch"
+    assert torch.equal(torch.ops.quanto.unpack(packed, bits), values)
+
+
+def test_a_hung_run_is_stopped_and_says_where_it_was():
+    script = ("import sys, time\n"
+              "print('benchmark: attention ...', file=sys.stderr, flush=True)\n"
+              "time.sleep(60)\n")
+    with pytest.raises(pytest.fail.Exception,
+                       match=r"still running after 2 s(.|\n)*benchmark: attention \.\.\."):
+        run_reporting_hangs([sys.executable, "-c", script], timeout=2)

@@ -55,7 +55,7 @@ def test_parameter_count_right_answers():
     ("answer", "hint"),
     [
         (4 * D_GEMMA * D_GEMMA, "assumes H d_head = d_in"),
-        (3 * D_GEMMA * 4096, "add the output matrix W_O"),
+        (3 * D_GEMMA * 4096, "the output matrix W_O"),
         (4 * D_GEMMA * D_HEAD_GEMMA, "one head's share"),
         (4 * 4096 * 4096, "not H d_head"),
         (-4 * D_GEMMA * 4096, "sign"),
@@ -82,7 +82,7 @@ def test_head_removed_hints():
     cases = [
         (full, "both heads"),
         (columns, "W_O mixes"),
-        (Y_1 @ W_O[3:], "removes head 0"),
+        (Y_1 @ W_O[3:], "head 0 removed"),
         (np.hstack([Y_0, np.zeros_like(Y_1)]), "multiply it by W_O"),
         (expected[:, :3], "shape"),
         (-expected, "sign"),

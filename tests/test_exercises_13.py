@@ -1,11 +1,14 @@
-"""Tests for lesson 13's checks: the right answers pass; every catalogued mistake, and a
-planted bug written independently for each exercise, is refused with the hint that names it;
+"""Tests for lesson 13's checks: the right answers pass; every catalogued mistake (each the
+solution kernel with an edit of its source), and a few slips written independently, are
+refused with the hint that names them (more planted answers: tests/planted/lesson_13.py);
 the memory rules (a store outside a tensor, an element never written, a tile not skipped)
-are enforced; and the reader's kernels, as one differentiable function, match SDPA and
-autograd."""
+are enforced; the interpreter is made to show TF32 and head offsets past 2**31; attnlib's
+forward kernel gives zeros for a row that sees no key; and the reader's kernels, as one
+differentiable function, match SDPA and autograd."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -14,8 +17,8 @@ from attnlib_testing import assert_correct, assert_hint
 triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
+from attnlib.exercises import implement  # noqa: E402
 from attnlib.exercises import lesson_13_kernels as kernels  # noqa: E402
-from attnlib.exercises.implement import _IMPLEMENTATIONS  # noqa: E402
 
 LABELS = ["13.1", "13.2", "13.3", "13.4", "13.5", "13.6", "13.7"]
 
@@ -125,9 +128,9 @@ def dkdv_kernel(Q, K, V, dO, L, D, dK, dV, stride_qh, stride_qn, stride_kh, stri
             keep = keep & (keys[None, :] <= rows[:, None] + M - N)
         p = tl.where(keep, tl.exp(scale * tl.dot(q, tl.trans(k), input_precision="ieee")
                                   - lse[:, None]), 0.0)
-        dv += tl.dot(tl.trans(p), do, input_precision="ieee")
+        dv += tl.dot(tl.trans(p).to(do.dtype), do, input_precision="ieee")
         ds = p * (tl.dot(do, tl.trans(v), input_precision="ieee") - delta[:, None])
-        dk += scale * tl.dot(tl.trans(ds), q, input_precision="ieee")
+        dk += scale * tl.dot(tl.trans(ds).to(q.dtype), q, input_precision="ieee")
     tl.store(dK + at, dk, mask=kv_mask)
     tl.store(dV + at, dv, mask=kv_mask)
 
@@ -162,7 +165,7 @@ def dq_kernel(Q, K, V, dO, L, D, dQ, stride_qh, stride_qn, stride_kh, stride_kn,
         p = tl.where(keep, tl.exp(scale * tl.dot(q, tl.trans(k), input_precision="ieee")
                                   - lse[:, None]), 0.0)
         ds = p * (tl.dot(do, tl.trans(v), input_precision="ieee") - delta[:, None])
-        dq += scale * tl.dot(ds, k, input_precision="ieee")
+        dq += scale * tl.dot(ds.to(k.dtype), k, input_precision="ieee")
     tl.store(dQ + qa, dq, mask=q_mask)
 
 
@@ -178,31 +181,25 @@ def test_the_right_answers_pass(label, capsys):
 
 @pytest.mark.parametrize("label", LABELS[1:])
 def test_attnlibs_own_kernels_pass(label, capsys):
-    """The kernels of lesson_13_kernels (BUG = 0) are what a piece falls back on."""
+    """The kernels of lesson_13_kernels are what a piece falls back on."""
     own = {"13.2": kernels.softmax_kernel, "13.3": kernels.matmul_kernel,
            "13.4": kernels.forward_kernel, "13.5": kernels.forward_kernel,
            "13.6": kernels.dkdv_kernel, "13.7": kernels.dq_kernel}
     assert_correct(label, own[label], capsys)
 
 
-class _Answer(kernels.Bug):
-    """A catalogued mistake handed to check() as a reader's answer would be."""
-
-    def __call__(self, *args):  # the checks ask only that an answer be callable
-        raise TypeError("launch it through kernels.run_*")
-
-
 def _catalogue():
-    for label in LABELS:
-        for k, _mistake in enumerate(_IMPLEMENTATIONS[label]().mistakes):
+    for label in LABELS[1:]:
+        for k, _mistake in enumerate(implement.catalogue(label)):
             yield pytest.param(label, k, id=f"{label}-{k}")
 
 
 @pytest.mark.parametrize(("label", "k"), list(_catalogue()))
 def test_every_catalogued_mistake_is_refused_with_its_hint(label, k, capsys):
-    mistake = _IMPLEMENTATIONS[label]().mistakes[k]
-    answer = _Answer(*mistake.fn) if isinstance(mistake.fn, kernels.Bug) else mistake.fn
-    assert_hint(label, answer, mistake.hint, capsys)
+    """Each catalogued kernel, handed to check() as a reader's answer, is called incorrect
+    with its own hint: the cases tell every mistake apart from the others."""
+    mistake = implement.catalogue(label)[k]
+    assert_hint(label, mistake.fn, mistake.hint, capsys)
 
 
 # ---------------------------------------------------------------------------------------
@@ -299,13 +296,14 @@ def _matmul_no_k_mask(A, B, C, M, N, K, stride_a, stride_b, stride_c, BLOCK_M: t
         ks = k0 + tl.arange(0, BLOCK_K)
         a = tl.load(A + rows[:, None] * stride_a + ks[None, :], mask=rows[:, None] < M)
         b = tl.load(B + ks[:, None] * stride_b + cols[None, :], mask=cols[None, :] < N)
-        acc += tl.dot(a, b)
+        acc += tl.dot(a, b, input_precision="ieee")
     tl.store(C + rows[:, None] * stride_c + cols[None, :], acc,
              mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
 def test_matmul_slip(capsys):
-    assert_hint("13.3", _matmul_no_k_mask, "the loads along K need a mask too", capsys)
+    assert_hint("13.3", _matmul_no_k_mask, "the loads of A and B reach past the inner dimension",
+                capsys)
 
 
 @triton.jit
@@ -332,7 +330,7 @@ def _forward_top_left(Q, K, V, O, L, stride_qh, stride_qn, stride_kh, stride_kn,
         at = h * stride_kh + keys[:, None] * stride_kn + dims[None, :]
         k = tl.load(K + at, mask=kv_mask, other=0.0)
         v = tl.load(V + at, mask=kv_mask, other=0.0)
-        s = scale * tl.dot(q, tl.trans(k))
+        s = scale * tl.dot(q, tl.trans(k), input_precision="ieee")
         keep = keys[None, :] < M
         if CAUSAL:
             keep = keep & (keys[None, :] <= rows[:, None])
@@ -341,7 +339,7 @@ def _forward_top_left(Q, K, V, O, L, stride_qh, stride_qn, stride_kh, stride_kn,
         p = tl.exp(s - m_new[:, None])
         alpha = tl.exp(m - m_new)
         l = alpha * l + tl.sum(p, 1)
-        acc = alpha[:, None] * acc + tl.dot(p.to(v.dtype), v)
+        acc = alpha[:, None] * acc + tl.dot(p.to(v.dtype), v, input_precision="ieee")
         m = m_new
     tl.store(O + h * stride_qh + rows[:, None] * stride_qn + dims[None, :],
              (acc / l[:, None]).to(O.dtype.element_ty), mask=q_mask)
@@ -431,10 +429,11 @@ def _dkdv_without_d(Q, K, V, dO, L, D, dK, dV, stride_qh, stride_qn, stride_kh, 
         keep = (rows[:, None] < N) & (keys[None, :] < M)
         if CAUSAL:
             keep = keep & (keys[None, :] <= rows[:, None] + M - N)
-        p = tl.where(keep, tl.exp(scale * tl.dot(q, tl.trans(k)) - lse[:, None]), 0.0)
-        dv += tl.dot(tl.trans(p), do)
-        ds = p * tl.dot(do, tl.trans(v))
-        dk += scale * tl.dot(tl.trans(ds), q)
+        p = tl.where(keep, tl.exp(scale * tl.dot(q, tl.trans(k), input_precision="ieee")
+                                  - lse[:, None]), 0.0)
+        dv += tl.dot(tl.trans(p).to(do.dtype), do, input_precision="ieee")
+        ds = p * tl.dot(do, tl.trans(v), input_precision="ieee")  # the slip: no - D
+        dk += scale * tl.dot(tl.trans(ds).to(q.dtype), q, input_precision="ieee")
     tl.store(dK + at, dk, mask=kv_mask)
     tl.store(dV + at, dv, mask=kv_mask)
 
@@ -619,3 +618,88 @@ def test_counted_dots_sees_each_kernels_products():
     with counted_dots() as none:
         pass
     assert none.products == 0 and none.flops == 0
+
+
+# ---------------------------------------------------------------------------------------
+# The catalogue's kernels, and what the interpreter is made to show
+# ---------------------------------------------------------------------------------------
+
+
+def test_a_mistake_is_the_solution_with_an_edit_of_its_source():
+    import inspect
+
+    edited = kernels.patched(kernels.matmul_kernel, [("acc += tl.dot(", "acc = tl.dot(")],
+                             "overwritten")
+    assert kernels.is_patched(edited) and not kernels.is_patched(kernels.matmul_kernel)
+    assert "acc = tl.dot(" in inspect.getsource(edited.fn)
+    assert kernels.patched(kernels.matmul_kernel, [("acc += tl.dot(", "acc = tl.dot(")]) \
+        is edited  # built once
+    with pytest.raises(ValueError, match="finds nothing in matmul_kernel's source"):
+        kernels.patched(kernels.matmul_kernel, [("no such text", "x")])
+
+
+def test_the_catalogues_name_no_mistake_twice():
+    for label in LABELS[1:]:
+        hints = [m.hint for m in implement.catalogue(label)]
+        assert len(set(hints)) == len(hints), label
+
+
+def test_attnlibs_forward_gives_zeros_for_a_row_that_sees_no_key():
+    """Causal with more queries than keys: query i < N - M sees no key (bottom-right), and
+    attnlib's online softmax writes zeros there, with L = -inf; the other rows match SDPA."""
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 40, 16, generator=g)
+    k, v = (torch.randn(2, 24, 16, generator=g) for _ in range(2))
+    O, L, _ = kernels.run_forward(kernels.forward_kernel, q, k, v, scale=0.25, causal=True,
+                                  block_m=16, block_n=16, guarded=False)
+    empty = 40 - 24
+    assert torch.equal(O[:, :empty], torch.zeros_like(O[:, :empty]))
+    assert bool((L[:, :empty] == float("-inf")).all())
+    keep = torch.ones(40, 24, dtype=torch.bool).tril(24 - 40)
+    ref = F.scaled_dot_product_attention(q[:, empty:], k, v, attn_mask=keep[empty:], scale=0.25)
+    torch.testing.assert_close(O[:, empty:], ref, atol=2e-5, rtol=2e-5)
+
+
+def test_the_watch_rounds_a_float32_product_left_at_tf32():
+    from attnlib.exercises.triton_checks import to_tf32
+
+    x = np.array([1.0, 1.0 + 2.0**-11, 1.0 + 2.0**-10, -3.0 - 2.0**-12], dtype=np.float32)
+    assert to_tf32(x).tolist() == [1.0, 1.0 + 2.0**-10, 1.0 + 2.0**-10, -3.0]
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(40, 70, generator=g), torch.randn(70, 50, generator=g)
+    exact = (a.double() @ b.double()).float()
+    tf32_kernel = kernels.patched(kernels.matmul_kernel, [(', input_precision="ieee"', "")])
+    C, watch = kernels.run_matmul(tf32_kernel, a, b, (16, 32, 64))
+    assert watch.tf32_dots == 3 * 2 * 2  # 3 x 2 tiles of C, 2 blocks of K each
+    assert (C - exact).abs().max() > 1e-3  # what a GPU computes at TF32
+    C, watch = kernels.run_matmul(tf32_kernel, a, b, (16, 32, 64), tf32=False)
+    torch.testing.assert_close(C, exact, atol=1e-4, rtol=1e-4)
+    C, watch = kernels.run_matmul(kernels.matmul_kernel, a, b, (16, 32, 64))
+    assert watch.tf32_dots == 0
+    torch.testing.assert_close(C, exact, atol=1e-4, rtol=1e-4)
+
+
+def test_far_heads_put_the_head_offsets_past_two_to_the_31():
+    from attnlib.exercises.triton_checks import Guarded, far_head
+
+    Q = Guarded("Q", (2, 20, 16), dtype=torch.float32, device="cpu", data=torch.zeros(2, 20, 16),
+                pad_cols=3, pad_rows=2)
+    L = Guarded("L", (2, 20), dtype=torch.float32, device="cpu")
+    h0 = far_head([Q, L])
+    assert h0 * Q.view.stride(0) >= 2**31 > (h0 - 1) * Q.view.stride(0)
+    assert (h0 + 2) * L.view.stride(0) < 2**31  # L's rows, h * N, stay in int32
+    g = torch.Generator().manual_seed(1)
+    q, k, v = torch.randn(2, 20, 16, generator=g), *(torch.randn(2, 24, 16, generator=g)
+                                                     for _ in range(2))
+    right = kernels.run_forward(kernels.forward_kernel, q, k, v, scale=0.25, causal=True,
+                                block_m=16, block_n=16, far_heads=True)
+    plain = kernels.run_forward(kernels.forward_kernel, q, k, v, scale=0.25, causal=True,
+                                block_m=16, block_n=16)
+    assert torch.equal(right[0], plain[0]) and torch.equal(right[1], plain[1])
+    int32 = kernels.patched(kernels.forward_kernel,
+                            [("h = tl.program_id(1).to(tl.int64)", "h = tl.program_id(1)")])
+    kernels.run_forward(int32, q, k, v, scale=0.25, causal=True, block_m=16, block_n=16)
+    from attnlib.exercises.triton_checks import CheckFailedError
+    with pytest.raises(CheckFailedError, match="outside every tensor"):
+        kernels.run_forward(int32, q, k, v, scale=0.25, causal=True, block_m=16, block_n=16,
+                            far_heads=True)

@@ -13,7 +13,7 @@ from attnlib import exercises
 from attnlib.exercises import implement
 from attnlib.models.assemble import Weights
 
-LABELS = sorted(implement._IMPLEMENTATIONS)
+LABELS = implement.implementation_labels()
 # Exercises whose answer is a Triton kernel, not a Python function: their expected answers
 # come from PyTorch, not from a reference kernel, so the right answers, the catalogue, the
 # stub, the reader's error and an unrelated wrong answer are checked with kernels in
@@ -21,7 +21,7 @@ LABELS = sorted(implement._IMPLEMENTATIONS)
 KERNEL_LABELS = {"13.2", "13.3", "13.4", "13.5", "13.6", "13.7"}
 PYTHON_LABELS = [label for label in LABELS if label not in KERNEL_LABELS]
 MISTAKES = [(label, k) for label in PYTHON_LABELS
-            for k in range(len(implement._IMPLEMENTATIONS[label]().mistakes))]
+            for k in range(len(implement.exercise(label).mistakes))]
 
 
 def test_the_book_has_the_exercises_it_promises():
@@ -30,12 +30,12 @@ def test_the_book_has_the_exercises_it_promises():
     assert len(LABELS) >= 12
     assert {label[:2] for label in LABELS} >= {f"{n:02d}" for n in range(1, 11)}
     for label in LABELS:
-        assert len(implement._IMPLEMENTATIONS[label]().mistakes) >= 3, label
+        assert len(implement.exercise(label).mistakes) >= 3, label
 
 
 @pytest.mark.parametrize("label", PYTHON_LABELS)
 def test_reference_is_correct(label, capsys):
-    spec = implement._IMPLEMENTATIONS[label]()
+    spec = implement.exercise(label)
     result = exercises.check(label, spec.reference)
     assert result.status == "correct", result.message
     assert capsys.readouterr().out == f"{label}: correct.\n"
@@ -43,7 +43,7 @@ def test_reference_is_correct(label, capsys):
 
 @pytest.mark.parametrize(("label", "k"), MISTAKES)
 def test_each_mistake_gets_its_own_hint(label, k, capsys):
-    spec = implement._IMPLEMENTATIONS[label]()
+    spec = implement.exercise(label)
     mistake = spec.mistakes[k]
     result = exercises.check(label, mistake.fn)
     assert result.status == "incorrect"
@@ -61,7 +61,7 @@ def test_stub_is_not_implemented_yet(label, capsys):
         def append(self, K, V):
             raise NotImplementedError
 
-    spec = implement._IMPLEMENTATIONS[label]()
+    spec = implement.exercise(label)
     for fn in (Stub,) if isinstance(spec.reference, type) else (stub,):
         result = exercises.check(label, fn)
         assert result.status == "unanswered" and not result
@@ -78,7 +78,7 @@ def test_an_error_in_the_readers_code_is_shown_as_theirs(label, capsys):
 
     result = exercises.check(label, attend)
     assert result.status == "incorrect"
-    first_case = implement._IMPLEMENTATIONS[label]().cases[0].name
+    first_case = implement.exercise(label).cases[0].name
     lines = result.message.splitlines()
     assert lines[0].startswith(f"{label}: your code raised an error on case '{first_case}'")
     assert "  in attend, line" in result.message
@@ -89,7 +89,7 @@ def test_an_error_in_the_readers_code_is_shown_as_theirs(label, capsys):
 
 @pytest.mark.parametrize("label", PYTHON_LABELS)
 def test_an_unrelated_wrong_answer_names_the_first_failing_case(label):
-    spec = implement._IMPLEMENTATIONS[label]()
+    spec = implement.exercise(label)
 
     if isinstance(spec.reference, type):
         class Wrong(spec.reference):
@@ -148,6 +148,28 @@ def test_a_wrong_dtype_and_shape_are_named():
         "02.5", transposed).message
 
 
+def test_a_float64_answer_off_by_little_is_not_told_to_compute_in_float64():
+    """An answer within float32's precision of the expected float64 one is told to keep the
+    dtype only when its numbers are float32 numbers; a float64 answer with a slightly wrong
+    eps is told where it is off."""
+    from attnlib.layers.norms import rms_norm
+
+    def twice_eps(x, g, eps):
+        return rms_norm(x, g, 2 * eps)
+
+    message = exercises.check("14.2", twice_eps).message
+    assert "compute in the input's dtype" not in message
+    assert message.startswith("14.2: case 1 of 2") and "is off by up to" in message
+
+
+def test_the_catalogue_is_public():
+    assert implement.implementation_labels() == LABELS
+    assert [m.hint for m in implement.catalogue("02.5")] == \
+        [m.hint for m in implement.exercise("02.5").mistakes]
+    with pytest.raises(ValueError, match="label must name an implementation exercise"):
+        implement.exercise("99.1")
+
+
 def test_a_non_function_answer():
     assert exercises.check("02.5", 3.0).message == (
         "02.5: expected a function attend(Q, K, V) returning Y; got a float.")
@@ -172,7 +194,7 @@ def test_statistical_tolerance_accepts_another_correct_sampler():
         return (w[..., None] * V[j]).sum(-2) / w.sum(-1, keepdim=True)
 
     assert exercises.check("10.6", inverse_cdf).status == "correct"
-    spec = implement._IMPLEMENTATIONS["10.6"]()
+    spec = implement.exercise("10.6")
     assert all(case.statistical for case in spec.cases)
     expected = [implement._run(c, spec.reference, reader=False)[0] for c in spec.cases]
     for mistake in spec.mistakes:
@@ -190,7 +212,7 @@ def test_mistakes_are_told_apart_by_the_cases():
     mistake of its exercise, so each hint can be reached (the kernels' catalogues: each
     mistake refused with its own hint, in tests/test_exercises_13.py)."""
     for label in PYTHON_LABELS:
-        spec = implement._IMPLEMENTATIONS[label]()
+        spec = implement.exercise(label)
         outs = []
         for fn in (spec.reference, *(m.fn for m in spec.mistakes)):
             out = []
@@ -232,7 +254,7 @@ def test_the_readers_functions_run_the_trained_models_at_the_cards_loss():
     prompt = torch.tensor([chars.encode("Attention is")])
     expected = book.generate(prompt, 30)
 
-    attend = implement._IMPLEMENTATIONS["02.5"]().reference
+    attend = implement.exercise("02.5").reference
 
     def attend_causal(Q, K, V, *, mask=None, causal=False):
         assert mask is None and causal
@@ -244,12 +266,12 @@ def test_the_readers_functions_run_the_trained_models_at_the_cards_loss():
     _card_loss_of(yours, book.card)
     assert torch.equal(yours.generate(prompt, 30), expected)
 
-    rope = implement._IMPLEMENTATIONS["08.5"]().reference
+    rope = implement.exercise("08.5").reference
     yours = book.with_attention(rope=rope)
     _card_loss_of(yours, book.card)
     assert torch.equal(yours.generate(prompt, 30), expected)
 
-    reference_cache = implement._IMPLEMENTATIONS["05.5"]().reference
+    reference_cache = implement.exercise("05.5").reference
 
     class Plugged(reference_cache, cache.Cache):
         def append(self, K, V, check=False):
@@ -265,7 +287,7 @@ def test_the_readers_functions_run_the_trained_models_at_the_cards_loss():
                             book64(ids[:, 64:], caches=caches)], dim=-2)
     assert round(train.next_token_loss(logits, targets).item(), 5) == book.card["held_out"]["loss"]
 
-    gqa = implement._IMPLEMENTATIONS["06.5"]().reference
+    gqa = implement.exercise("06.5").reference
     shipped = pretrained.load("book", n_kv_heads=2)
     yours = shipped.with_attention(attend=lambda Q, K, V, *, mask=None, causal=False:
                                    gqa(Q, K, V, causal=causal))

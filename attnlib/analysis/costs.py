@@ -8,13 +8,17 @@ byte counts of :mod:`attnlib.analysis.memory` beside it:
   without a KV cache (lesson 05);
 - :func:`mla_decode_cost` counts the multiply-adds and bytes of one MLA layer decoding one
   token along each of the paths in :data:`DECODE_PATHS` (lesson 07);
+- :func:`layer_decode_macs` counts what one layer of each kind in
+  :data:`attnlib.analysis.memory.LAYER_KINDS` (full, sliding, sparse, linear, compressed)
+  multiplies to decode one token against ``N``, and :func:`decode_token_macs` adds them over
+  a model's layer schedule (lesson 15);
 - :func:`fit_exponent` reads the growth exponent ``k`` of a cost ``y ~ c x^k`` off a few
   measured or counted points (lessons 01 and 05);
 - :class:`Chip` holds the two numbers of an accelerator that set a roofline, its peak
   arithmetic and its memory bandwidth, and :data:`H800` the chip DeepSeek's kernels report
   on (lessons 07 and 09).
 
-Lessons: 01_attention_as_lookup, 05_kv_cache, 07_mla, 09_frontier.
+Lessons: 01_attention_as_lookup, 05_kv_cache, 07_mla, 09_frontier, 15_your_2026_model.
 """
 
 from __future__ import annotations
@@ -31,16 +35,19 @@ from attnlib._checks import (
     check_positive_float,
     check_positive_int,
 )
-from attnlib.analysis.memory import ModelSpec
+from attnlib.analysis.memory import LAYER_KINDS, ModelSpec
 
 __all__ = [
     "DECODE_PATHS",
     "FFN_MATRICES",
     "H800",
+    "MAC_PARTS",
     "Chip",
     "decode_step_macs",
+    "decode_token_macs",
     "fit_exponent",
     "generation_macs",
+    "layer_decode_macs",
     "mla_decode_cost",
 ]
 
@@ -304,6 +311,145 @@ def mla_decode_cost(
         "macs": projections + attention,
     }
 
+
+
+MAC_PARTS: tuple[str, ...] = ("scores", "values", "indexer", "state", "conv", "compressor")
+"""The parts of one layer's decoding work that :func:`layer_decode_macs` counts.
+
+- ``"scores"``: the query against every key it reads (``Q K^T``; with MLA, against the latent
+  and the RoPE key);
+- ``"values"``: the weighted sum of the values read (``P V``; with MLA, of the latent);
+- ``"indexer"``: the lightning indexer scoring every candidate before the top-``k`` choice;
+- ``"state"``: a linear layer's state, decayed, read with the key, written with the rank-one
+  correction, and read with the query;
+- ``"conv"``: the linear layer's short convolution on the new token;
+- ``"compressor"``: DeepSeek-V4's pooling of a full window into one compressed row, spread
+  over the tokens that fill it.
+"""
+
+
+def layer_decode_macs(spec: ModelSpec, kind: str, n_ctx: int) -> dict[str, int]:
+    """Multiply-adds one layer of ``kind`` does to decode one token against ``n_ctx`` tokens.
+
+    Attention only: the products that read the cache or the state. The projections
+    (``W_Q, W_K, W_V, W_O``, MLA's absorbed ``W_LK`` and ``W_LV``, gates, the indexer's own
+    projections), the experts, norms, softmax, RoPE and top-``k`` selection are not counted.
+    With ``H`` query heads, ``N = n_ctx`` (the new token included), ``w`` the window, ``a``
+    and ``c`` the widths a key and a value have where the query meets them (``d_head`` and
+    ``d_v``; for MLA, read in its absorbed form, ``d_L + d_R`` and ``d_L``)::
+
+        full      scores = H N a            values = H N c
+        sliding   keys read n = min(N, w):  H n a,  H n c
+        sparse    indexer = N H_I (d_I + 1);  keys read n = min(N, k):  H n a,  H n c
+        linear    state = 4 H_v d_k d_v     conv = K_c (2 H_k d_k + H_v d_v)
+        csa       indexer = floor(N/m) H_I (d_I + 1)
+                  keys read n = min(N, w) + min(floor(N/m), k):  H n a,  H n c
+                  compressor = 2 r + 2 d_I
+        hca       keys read n = min(N, w) + floor(N/m'):  H n a,  H n c
+                  compressor = r
+
+    The indexer scores a candidate ``s`` as ``sum_h w_h ReLU(q_h . k_s)``: ``d_I``
+    multiply-adds per head and one more to weight it. The gated delta rule
+    ``S <- a S + k (b (v - (a S)^T k))^T``, ``o = S^T q`` touches the ``d_k x d_v`` state of
+    each value head four times: the decay (one product per entry; per key channel for KDA),
+    the read with ``k``, the rank-one write and the read with ``q``. Closing a compressed
+    window pools ``2m`` rows of width ``r`` (CSA's overlapping windows; ``2m`` of ``d_I`` for
+    its indexer) or ``m'`` rows (HCA), once every ``m`` tokens. A learned sink adds one logit
+    per head and no product.
+
+    Args:
+        spec: the model (:class:`~attnlib.analysis.memory.ModelSpec`) with that kind's shapes.
+        kind: one of :data:`~attnlib.analysis.memory.LAYER_KINDS`.
+        n_ctx: ``N >= 1``, the tokens the new one attends over, itself included.
+
+    Returns:
+        dict[str, int]: multiply-adds for every part in :data:`MAC_PARTS`.
+
+    Example:
+        >>> from attnlib.analysis.memory import DEEPSEEK_V32
+        >>> m = layer_decode_macs(DEEPSEEK_V32, "sparse", 131_072)
+        >>> m["indexer"], m["scores"] + m["values"]  # 131,072 · 64 · 129; 2048 · 128 · 1088
+        (1082130432, 285212672)
+
+    Lesson: 15_your_2026_model.
+    """
+    _check_macs(spec, n_ctx)
+    check_choice("kind", kind, LAYER_KINDS)
+    spec.layer_values(kind, 0)  # raises unless the model has the shapes of this kind
+    n = n_ctx
+    parts = dict.fromkeys(MAC_PARTS, 0)
+    if kind == "linear":
+        h_v = spec.n_linear_heads
+        h_k = spec.n_linear_key_heads or h_v
+        d_k = spec.d_linear_key
+        d_v = spec.d_linear_value or d_k
+        parts["state"] = 4 * h_v * d_k * d_v  # decay, read with k, rank-one write, read with q
+        parts["conv"] = spec.conv_kernel * (2 * h_k * d_k + h_v * d_v)
+        return parts
+    if spec.d_latent is not None:  # MLA read in its absorbed form
+        key_width, value_width = spec.d_latent + spec.d_rope, spec.d_latent
+    else:
+        key_width, value_width = spec.d_head, spec.d_value
+    indexer = spec.n_index_heads * (spec.d_index + 1) if spec.n_index_heads else 0
+    row = spec.values_per_token_per_layer("mla" if spec.d_latent is not None else "gqa")
+    if kind == "full":
+        read = n
+    elif kind == "sliding":
+        read = min(n, spec.window)
+    elif kind == "sparse":
+        parts["indexer"] = n * indexer
+        read = min(n, spec.index_topk)
+    elif kind == "csa":
+        rows = n // spec.csa_rate
+        parts["indexer"] = rows * indexer
+        read = min(n, spec.window) + min(rows, spec.index_topk)
+        parts["compressor"] = 2 * row + 2 * spec.d_index  # 2m rows pooled every m tokens
+    else:  # hca
+        read = min(n, spec.window) + n // spec.hca_rate
+        parts["compressor"] = row  # m' rows pooled every m' tokens
+    parts["scores"] = spec.n_heads * read * key_width
+    parts["values"] = spec.n_heads * read * value_width
+    return parts
+
+
+def decode_token_macs(spec: ModelSpec, n_ctx: int) -> dict[str, int]:
+    """Multiply-adds of every layer of ``spec`` decoding one token against ``n_ctx`` tokens.
+
+    :func:`layer_decode_macs` summed over ``spec.schedule``, by part, with ``"total"``
+    (attention only: see :func:`layer_decode_macs` for what is and is not counted). For a
+    model of full GQA layers the total is :func:`decode_step_macs`'s ``"attention"`` for one
+    query; for MLA it is :func:`mla_decode_cost`'s absorbed ``"macs_attention"`` per layer.
+
+    Args:
+        spec: the model.
+        n_ctx: ``N >= 1``, tokens attended over, the new one included.
+
+    Returns:
+        dict[str, int]: every part in :data:`MAC_PARTS`, then ``"total"``.
+
+    Example:
+        >>> from attnlib.analysis.memory import GPT_OSS_120B
+        >>> decode_token_macs(GPT_OSS_120B, 4096)["total"]  # 18 · 8192 · (4096 + 128)
+        622854144
+
+    Lesson: 15_your_2026_model.
+    """
+    _check_macs(spec, n_ctx)
+    schedule = spec.schedule
+    total = dict.fromkeys(MAC_PARTS, 0)
+    for kind in dict.fromkeys(schedule):  # each kind once, times its number of layers
+        count = schedule.count(kind)
+        for part, macs in layer_decode_macs(spec, kind, n_ctx).items():
+            total[part] += count * macs
+    total["total"] = sum(total.values())
+    return total
+
+
+def _check_macs(spec: object, n_ctx: object) -> None:
+    if not isinstance(spec, ModelSpec):
+        raise TypeError("spec must be an attnlib.analysis.memory.ModelSpec; "
+                        f"got {type(spec).__name__}")
+    check_positive_int("n_ctx", n_ctx)
 
 
 def fit_exponent(x: Sequence[float], y: Sequence[float]) -> float:

@@ -28,10 +28,14 @@ one of four forms (the fourth, ``@implementation``, is described in
   and the mistakes the exercise invites, ``(expected, ((wrong, hint), ...))``; the answer
   is compared by :func:`compare`;
 - ``@whole_number("NN.k", what=...)`` on a function that returns the expected integer, the
-  hints for known wrong integers and the hint for any other, ``(expected, {wrong: hint},
-  otherwise)``;
-- ``@checker("NN.k")`` on a function from the answer to a hint (``None`` when right), for
-  anything else.
+  hints for known wrong integers and the hint for any other, ``(expected, ((wrong, hint),
+  ...), otherwise)``;
+- ``@checker("NN.k", mistakes=...)`` on a function from the answer to a hint (``None`` when
+  right), for anything else; ``mistakes`` (optional) returns the wrong answers it knows,
+  ``((wrong, hint), ...)``.
+
+:func:`catalogue` lists every exercise's known wrong answers with the hint each gets, so
+that a test can run them all as answers.
 
 The lesson modules import only attnlib's computing modules (never :mod:`attnlib.viz`), so
 checking an answer loads neither plotly, ipywidgets nor pandas.
@@ -55,12 +59,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["CheckResult", "check", "labels"]
+__all__ = ["CheckResult", "catalogue", "check", "labels"]
 
 _LABEL = re.compile(r"\d\d\.\d+")
 
 Checker = Callable[[object], "str | None"]
 _CHECKERS: dict[str, Checker] = {}
+Catalogue = Callable[[], "list[tuple[object, str]]"]
+_CATALOGUES: dict[str, Catalogue] = {}
 
 
 @dataclass(frozen=True)
@@ -124,25 +130,46 @@ def labels() -> list[str]:
     return sorted(_CHECKERS)
 
 
+def catalogue(label: str) -> list[tuple[object, str]]:
+    """The known wrong answers of exercise ``label``, each with the hint its check gives.
+
+    Each entry is ``(answer, hint)``: ``check(label, answer)`` refuses ``answer`` and its
+    message starts with ``hint`` (an implementation exercise's answer is a wrong function
+    or class). An exercise with no known wrong answers gives an empty list.
+
+    Raises:
+        ValueError: no exercise has this label.
+    """
+    if label not in _CHECKERS:
+        raise ValueError(f"label must name a checked exercise, one of {labels()}; got {label!r}")
+    return list(_CATALOGUES[label]()) if label in _CATALOGUES else []
+
+
 # ---------------------------------------------------------------------------------------
 # the registry: the three forms of an exercise
 
 
-def _register(label: str, fn: Checker) -> None:
+def _register(label: str, fn: Checker, mistakes: Catalogue | None = None) -> None:
     if not _LABEL.fullmatch(label):
         raise ValueError(f"label must look like 'NN.k'; got {label!r}")
     if label in _CHECKERS:
         raise ValueError(f"exercise {label!r} already has a checker")
     _CHECKERS[label] = fn
+    if mistakes is not None:
+        _CATALOGUES[label] = mistakes
 
 
-def checker(label: str) -> Callable[[Checker], Checker]:
-    """Register ``fn(answer) -> hint or None`` as the checker of exercise ``label``."""
+def checker(label: str, *, mistakes: Catalogue | None = None) -> Callable[[Checker], Checker]:
+    """Register ``fn(answer) -> hint or None`` as the checker of exercise ``label``.
+
+    ``mistakes``, when given, is a function of no argument that returns the wrong answers
+    the checker knows, ``((wrong, hint), ...)`` (read by :func:`catalogue`).
+    """
     if not _LABEL.fullmatch(label):
         raise ValueError(f"label must look like 'NN.k'; got {label!r}")
 
     def add(fn: Checker) -> Checker:
-        _register(label, fn)
+        _register(label, fn, mistakes)
         return fn
 
     return add
@@ -165,7 +192,7 @@ def numbers(
             expected, mistakes = spec()
             return compare(answer, expected, rel=rel, what=what, mistakes=mistakes)
 
-        checker(label)(check_numbers)
+        checker(label, mistakes=lambda: list(spec()[1]))(check_numbers)
         return spec
 
     return add
@@ -173,20 +200,26 @@ def numbers(
 
 def whole_number(
     label: str, *, what: str, floats: str | None = None
-) -> Callable[[Callable[[], tuple[int, dict[int, str], str]]], Callable]:
+) -> Callable[[Callable[[], tuple[int, object, str]]], Callable]:
     """Register an exercise answered with one integer.
 
     The decorated function takes no argument and returns ``(expected, hints, otherwise)``:
-    the expected integer, a hint for each known wrong integer (a later entry wins over an
-    earlier one with the same value) and the hint for any other integer. A float answer
+    the expected integer, a hint for each known wrong integer (pairs ``((wrong, hint),
+    ...)``, or a dict; of two pairs with the same wrong integer the later wins, and
+    :func:`catalogue` still lists both, so that a test can see the first is never given)
+    and the hint for any other integer. A float answer
     gets "expected ``what``", unless ``floats`` is ``"equal"`` (a float equal to the
     expected integer is right) or ``"whole"`` (a float with no fractional part is read as
     that integer).
     """
 
-    def add(spec: Callable[[], tuple[int, dict[int, str], str]]) -> Callable:
+    def pairs(hints: object) -> list[tuple[int, str]]:
+        return list(hints.items()) if isinstance(hints, dict) else list(hints)
+
+    def add(spec: Callable[[], tuple[int, object, str]]) -> Callable:
         def check_whole_number(answer: object) -> str | None:
             expected, hints, otherwise = spec()
+            hints = dict(pairs(hints))
             got = integer(answer)
             if got is None and isinstance(answer, float):
                 if floats == "equal" and answer == expected:
@@ -197,7 +230,7 @@ def whole_number(
                 return f"expected {what}; got a {type(answer).__name__}."
             return None if got == expected else hints.get(got, otherwise)
 
-        checker(label)(check_whole_number)
+        checker(label, mistakes=lambda: pairs(spec()[1]))(check_whole_number)
         return spec
 
     return add
@@ -231,7 +264,13 @@ def compare(
     what: str,
     mistakes: Mistakes = (),
 ) -> str | None:
-    """Compare numbers: type, then shape, then known mistakes, sign and magnitude."""
+    """Compare numbers: type, then shape, then known mistakes, order, sign and magnitude.
+
+    A wrong answer that is none of the known ``mistakes`` gets a description of what
+    differs, not a guess at the mistake: the right numbers in another order, the entries
+    whose sign differs, one common factor (a power of ten or another), how close it is, or
+    which entries are off.
+    """
     got = as_tensor(answer)
     if got is None:
         return f"expected {what}; got a {type(answer).__name__}."
@@ -245,18 +284,55 @@ def compare(
     for wrong, hint in mistakes:
         if torch.allclose(got, wrong, rtol=rel, atol=0.0):
             return hint
-    if bool(((got * expected) < 0).any()):
-        return "the sign is wrong in at least one entry."
-    ratio = float((got / expected).median()) if bool((expected != 0).all()) else float("nan")
-    if math.isfinite(ratio) and ratio > 0:
-        power = round(math.log10(ratio))
-        if power != 0 and abs(math.log10(ratio) - power) < 0.05:
-            return (f"off by a factor of 10^{power}: check the units (a percentage instead "
-                    "of a fraction, or the other way round?).")
-        if abs(ratio - 1) > 0.1:
+    if got.numel() > 1 and torch.allclose(got.flatten().sort().values,
+                                          expected.flatten().sort().values, rtol=rel, atol=0.0):
+        return ("these are the right numbers in the wrong order: check the order the question "
+                "asks for.")
+    flipped = (got * expected) < 0
+    off = ~torch.isclose(got, expected, rtol=rel, atol=0.0)
+    if bool(flipped.any()):
+        size_right = torch.isclose(got.abs(), expected.abs(), rtol=max(rel, 0.1), atol=0.0)
+        if bool(size_right[flipped].all()) and not bool(off[~flipped].any()):  # signs only
+            if got.numel() == 1:
+                return "the sign is wrong."
+            if bool(flipped.all()):
+                return "the sign is wrong in every entry."
+            return f"the sign is wrong in {_entries(flipped)}."
+        if got.numel() == 1:
+            return "the sign is wrong, and the size is off too."
+    if got.numel() > 1 and not bool(off.all()):
+        verb = "is" if int(off.sum()) == 1 else "are"
+        return f"{_entries(off)} {verb} off; the others are right."
+    if bool((expected != 0).all()):
+        ratios = got / expected
+        ratio = float(ratios.median())
+        if float((ratios - 1).abs().max()) <= 0.1:
+            worst = float((ratios - 1).abs().max())
+            return (f"close, but not within the tolerance: off by up to {100 * worst:.2g}% "
+                    f"where the check allows {100 * rel:.2g}%.")
+        if ratio > 0 and float((ratios / ratio - 1).abs().max()) <= 0.1:  # a common factor
+            power = round(math.log10(ratio))
+            if power != 0 and abs(math.log10(ratio) - power) < 0.05:
+                percent = " (a percentage is 100 times a fraction)" if abs(power) == 2 else ""
+                return (f"off by a factor of 10^{power}: check the units and powers of "
+                        f"ten{percent}.")
             side = "large" if ratio > 1 else "small"
             return f"the magnitude is off: your answer is about {ratio:.2g} times too {side}."
-    return "close, but not within the tolerance: recompute without rounding."
+    if got.numel() > 1:
+        return "every entry is off, and not by one common factor."
+    return "that is not the expected value."
+
+
+def _entries(where: torch.Tensor) -> str:
+    """``"entry 2"``, ``"entries 0 and 2"``, ``"entries (0, 1), (1, 3) and 4 more"``."""
+    found = [tuple(int(i) for i in ix) for ix in where.nonzero()]
+    names = [str(ix[0]) if len(ix) == 1 else str(ix) for ix in found]
+    if len(names) == 1:
+        return f"entry {names[0]}"
+    shown, more = names[:3], len(names) - 3
+    if more > 0:
+        return f"entries {', '.join(shown)} and {more} more"
+    return f"entries {', '.join(shown[:-1])} and {shown[-1]}"
 
 
 def scalar(x: float) -> torch.Tensor:

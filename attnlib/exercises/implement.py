@@ -3,9 +3,10 @@
 ``check("02.5", my_function)`` runs ``my_function`` on a fixed list of small seeded
 :class:`Case` s and compares what it returns with attnlib's reference on each. On a
 mismatch the check runs the exercise's catalogue of *mistakes*, each a wrong reference
-that makes one of the chapter's misconceptions; when the reader's outputs equal a
-mistake's on every case, the hint names that misconception. Otherwise the hint says which
-case failed first, its shapes, the largest difference and where it is.
+that makes one of the chapter's misconceptions; when the reader's answer does what a
+mistake does on every case (the same outputs, or the same error), the hint names that
+misconception. Otherwise the hint says which case failed first, its shapes, the largest
+difference and where it is, and names no mistake.
 
 An exception raised by the reader's code is reported as theirs: its type, its message and
 the lines of the reader's own code it passed through, never the checker's frames. A stub
@@ -42,7 +43,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["Case", "Implementation", "Mistake", "implementation", "run_implementation"]
+__all__ = ["Case", "Implementation", "Mistake", "catalogue", "exercise", "implementation",
+           "implementation_labels", "run_implementation"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _ATTNLIB = os.path.dirname(_HERE)
@@ -109,6 +111,30 @@ class Implementation:
 _IMPLEMENTATIONS: dict[str, Callable[[], Implementation]] = {}
 
 
+def exercise(label: str) -> Implementation:
+    """What implementation exercise ``label`` checks, built afresh: its reference, its cases
+    and its catalogue of mistakes.
+
+    Raises:
+        ValueError: ``label`` is not an implementation exercise.
+    """
+    if label not in _IMPLEMENTATIONS:
+        raise ValueError(f"label must name an implementation exercise, one of "
+                         f"{implementation_labels()}; got {label!r}")
+    return _IMPLEMENTATIONS[label]()
+
+
+def catalogue(label: str) -> tuple[Mistake, ...]:
+    """The catalogued mistakes of implementation exercise ``label``, in the order they are
+    tried (each ``fn`` can be handed to ``check`` as a reader's answer)."""
+    return tuple(exercise(label).mistakes)
+
+
+def implementation_labels() -> list[str]:
+    """The labels of the implementation exercises, sorted."""
+    return sorted(_IMPLEMENTATIONS)
+
+
 def implementation(label: str) -> Callable[[Callable[[], Implementation]], Callable]:
     """Register ``spec() -> Implementation`` as implementation exercise ``label``."""
 
@@ -118,8 +144,11 @@ def implementation(label: str) -> Callable[[Callable[[], Implementation]], Calla
         def check_implementation(answer: object) -> str | None:
             return run_implementation(spec(), answer)
 
+        def mistakes() -> list[tuple[object, str]]:
+            return [(m.fn, m.hint) for m in spec().mistakes]
+
         check_implementation.__module__ = spec.__module__  # the lesson's module
-        checker(label)(check_implementation)
+        checker(label, mistakes=mistakes)(check_implementation)
         _IMPLEMENTATIONS[label] = spec
         return spec
 
@@ -188,6 +217,9 @@ def _index(flat: int, shape: torch.Size) -> tuple[int, ...]:
     return tuple(reversed(index))
 
 
+_FLOAT32_ONLY = "is right only to float32's precision"
+
+
 def differ(got: object, expected: torch.Tensor, name: str) -> str | None:
     """Why one output differs from the expected tensor, or None when it agrees."""
     if not isinstance(got, torch.Tensor):
@@ -214,9 +246,11 @@ def differ(got: object, expected: torch.Tensor, name: str) -> str | None:
         return None
     f32_rtol, f32_atol = TOLERANCES[torch.float32]
     if expected.dtype == torch.float64 and torch.allclose(
-            g, e, rtol=f32_rtol, atol=f32_atol * largest, equal_nan=True):
+            g, e, rtol=f32_rtol, atol=f32_atol * largest, equal_nan=True) and \
+            torch.equal(g.float().double().nan_to_num(), g.nan_to_num()):
+        # close to float32's precision and every entry a float32 number: computed in float32
         off = (g - e).abs().nan_to_num(nan=0.0).max().item()
-        return (f"{name} is right only to float32's precision (off by up to {off:.2g}): "
+        return (f"{name} {_FLOAT32_ONLY} (off by up to {off:.2g}): "
                 "compute in the input's dtype, float64 here, with no .float() or float32 "
                 "tensor of your own on the way")
     bad = ~torch.isfinite(g) & torch.isfinite(e)
@@ -225,8 +259,10 @@ def differ(got: object, expected: torch.Tensor, name: str) -> str | None:
         return f"{name} holds {g[where].item()} at {where}, where {e[where].item():.4g} is expected"
     diff = (g - e).abs().nan_to_num(nan=0.0)
     where = _index(int(diff.flatten().argmax()), g.shape)
+    x, y = e[where].item(), g[where].item()
+    digits = next((k for k in range(4, 17) if f"{x:.{k}g}" != f"{y:.{k}g}"), 17)
     return (f"{name} is off by up to {diff[where].item():.3g} at {where} "
-            f"(expected {e[where].item():.4g}, got {g[where].item():.4g})")
+            f"(expected {x:.{digits}g}, got {y:.{digits}g})")
 
 
 def _close_statistical(got: object, expected: torch.Tensor, name: str, z: float) -> str | None:
@@ -262,58 +298,78 @@ def _mismatch(got: tuple, expected: tuple, case: Case, z: float,
     return None
 
 
-def _raising_mistake(spec: Implementation, got: list, exc: BaseException) -> str | None:
-    """The hint of a mistake that agrees with the reader on the cases before the one where
-    the reader's code raised, and raises the same error (type and message) on that one."""
-    failing = len(got)
+@dataclass(frozen=True)
+class _Raised:
+    """A case on which the code raised: the exception's type and text, and for the reader's
+    code the message to show."""
+
+    kind: type
+    text: str
+    shown: str = ""
+
+
+def _outcome(case: Case, fn: object, *, reader: bool) -> tuple[object, ...] | _Raised:
+    """The outputs of ``fn`` on ``case``, or what it raised."""
+    try:
+        return _run(case, fn, reader=reader)
+    except _ReaderError as raised:
+        if raised.not_implemented:
+            raise NotImplementedYetError from None
+        cause = raised.__cause__
+        return _Raised(type(cause), str(cause), raised.text)
+    except Exception as exc:
+        return _Raised(type(exc), str(exc))
+
+
+def _same(a: object, b: object, case: Case, z: float) -> bool:
+    """Two outcomes of one case agree: the same error, or outputs within tolerance."""
+    if isinstance(a, _Raised) or isinstance(b, _Raised):
+        return isinstance(a, _Raised) and isinstance(b, _Raised) and \
+            (a.kind, a.text) == (b.kind, b.text)
+    return _mismatch(a, b, case, z) is None
+
+
+def _matching_mistake(spec: Implementation, got: list) -> str | None:
+    """The hint of the first mistake that does what the reader's code did on every case."""
     for mistake in spec.mistakes:
-        try:
-            theirs = [_run(case, mistake.fn, reader=False) for case in spec.cases[:failing]]
-        except Exception:
-            continue
-        if not all(_mismatch(g, t, case, spec.z) is None
-                   for g, t, case in zip(got, theirs, spec.cases, strict=False)):
-            continue
-        try:
-            _run(spec.cases[failing], mistake.fn, reader=False)
-        except Exception as raised:
-            if type(raised) is type(exc) and str(raised) == str(exc):
-                return mistake.hint
+        if all(_same(g, _outcome(case, mistake.fn, reader=False), case, spec.z)
+               for g, case in zip(got, spec.cases, strict=True)):  # stops at a disagreement
+            return mistake.hint
     return None
 
 
 def run_implementation(spec: Implementation, answer: object) -> str | None:
     """Run the reader's ``answer`` on every case; a hint, or None when it is right.
 
+    The message for a wrong answer is the first case it raised on (its error, as the
+    reader's), or else the first case whose outputs differ, with where; a catalogued
+    mistake that does the same on every case puts its hint first (an error) or in its
+    place (outputs).
+
     Raises:
         NotImplementedYetError: the reader's code raised ``NotImplementedError``.
     """
     if not callable(answer):
         return f"expected {spec.what}; got a {type(answer).__name__}."
-    got = []  # the reader's outputs first: a stub costs no reference run
-    try:
-        for case in spec.cases:
-            got.append(_run(case, answer, reader=True))
-    except _ReaderError as raised:
-        if raised.not_implemented:
-            raise NotImplementedYetError from None
-        hint = _raising_mistake(spec, got, raised.__cause__)
-        return raised.text if hint is None else f"{hint}\n{raised.text}"
+    # the reader's outcomes first: a stub costs no reference run
+    got = [_outcome(case, answer, reader=True) for case in spec.cases]
+    raised = [g for g in got if isinstance(g, _Raised)]
+    if raised:
+        hint = _matching_mistake(spec, got)
+        return raised[0].shown if hint is None else f"{hint}\n{raised[0].shown}"
     expected = [_run(case, spec.reference, reader=False) for case in spec.cases]
     failures = [(i, _mismatch(g, e, spec.cases[i], spec.z, spec.outputs))
                 for i, (g, e) in enumerate(zip(got, expected, strict=True))]
     failures = [(i, why) for i, why in failures if why]
     if not failures:
         return None
-    for mistake in spec.mistakes:
-        try:
-            theirs = [_run(case, mistake.fn, reader=False) for case in spec.cases]
-        except Exception:
-            continue
-        if all(_mismatch(g, t, case, spec.z) is None
-               for g, t, case in zip(got, theirs, spec.cases, strict=True)):
-            return mistake.hint
-    i, why = failures[0]
+    hint = _matching_mistake(spec, got)
+    if hint is not None:
+        return hint
+    # a case that fails by more than float32's rounding says more than one that fails only
+    # by it (a small term misplaced elsewhere also looks like float32 there)
+    coarse = [(i, why) for i, why in failures if _FLOAT32_ONLY not in why]
+    i, why = (coarse or failures)[0]
     case = spec.cases[i]
     shapes = f"; inputs {case.shapes}" if case.shapes else ""
     return f"case {i + 1} of {len(spec.cases)} ('{case.name}'{shapes}) fails: {why}."

@@ -34,21 +34,34 @@ def _catalogue_pieces(k: int) -> list[str]:
     return _lesson_bpe().with_merges(k).tokenize(" catalogue")
 
 
-@checker("00.4")
+def _merges_needed() -> int:
+    """The smallest k after which ' catalogue' is a single token."""
+    n_merges = len(_lesson_bpe().merges)
+    return next(k for k in range(n_merges + 1) if len(_catalogue_pieces(k)) == 1)
+
+
+_OFF_BY_ONE = ("off by one: bpe.with_merges(k) applies the first k merges; find the smallest "
+               "k whose tokenizer keeps ' catalogue' whole.")
+
+
+def _merges_mistakes() -> list[tuple[int, str]]:
+    expected = _merges_needed()
+    return [(expected - 1, _OFF_BY_ONE), (expected + 1, _OFF_BY_ONE)]
+
+
+@checker("00.4", mistakes=_merges_mistakes)
 def _catalogue(answer: object) -> str | None:
     """Smallest number of merges after which ' catalogue' is a single token."""
     got = integer(answer)
     if got is None:
         return f"expected a whole number of merges (an int); got a {type(answer).__name__}."
-    n_merges = len(_lesson_bpe().merges)
-    expected = next(k for k in range(n_merges + 1) if len(_catalogue_pieces(k)) == 1)
+    expected = _merges_needed()
     if got == expected:
         return None
     if got < 0:
         return "a number of merges cannot be negative."
     if abs(got - expected) == 1:
-        return ("off by one: bpe.with_merges(k) applies the first k merges; find the smallest "
-                "k whose tokenizer keeps ' catalogue' whole.")
+        return _OFF_BY_ONE
     if got < expected:
         return (f"too few: after {got} merges ' catalogue' is still the pieces "
                 f"{_catalogue_pieces(got)}.")
@@ -62,7 +75,23 @@ def _largest_gaussian(m: float) -> float:
     return a - (math.log(math.log(m)) + math.log(4 * math.pi)) / (2 * a) + 0.5772 / a
 
 
-@checker("00.5")
+def _closest_pair_mistakes() -> list[tuple[torch.Tensor, str]]:
+    """Wrong estimates of the largest |cos| for Llama 3 70B's shape, with their hints."""
+    n, d = LLAMA3_70B.vocab_size, LLAMA3_70B.d_model
+    pairs = n * (n - 1) / 2
+    expected = math.sqrt(2 * math.log(pairs) / d)
+    return [
+        (scalar(math.degrees(math.acos(expected))),
+         "that is the angle in degrees; the question asks for the cosine."),
+        (scalar(math.sqrt(2 * math.log(n) / d)),
+         "count pairs of rows, N_T (N_T - 1) / 2, not rows: each pair has a cosine."),
+        (scalar(math.sqrt(2 * math.log10(pairs) / d)),
+         "use the natural logarithm (math.log), not log10."),
+        (scalar(2 * math.log(pairs) / d), "you forgot the square root."),
+    ]
+
+
+@checker("00.5", mistakes=_closest_pair_mistakes)
 def _closest_pair(answer: object) -> str | None:
     """Estimate of the largest absolute cosine among Llama 3 70B's random rows.
 
@@ -79,12 +108,5 @@ def _closest_pair(answer: object) -> str | None:
     what = "one number, the largest |cos| (a float)"
     if any(compare(answer, scalar(x), rel=0.01, what=what) is None for x in refined):
         return None
-    return compare(answer, scalar(expected), rel=0.01, what=what, mistakes=(
-        (scalar(math.degrees(math.acos(expected))),
-         "that is the angle in degrees; the question asks for the cosine."),
-        (scalar(math.sqrt(2 * math.log(n) / d)),
-         "count pairs of rows, N_T (N_T - 1) / 2, not rows: each pair has a cosine."),
-        (scalar(math.sqrt(2 * math.log10(pairs) / d)),
-         "use the natural logarithm (math.log), not log10."),
-        (scalar(2 * math.log(pairs) / d), "you forgot the square root."),
-    ))
+    return compare(answer, scalar(expected), rel=0.01, what=what,
+                   mistakes=_closest_pair_mistakes())

@@ -15,25 +15,33 @@ def _toy_database() -> tuple[torch.Tensor, torch.Tensor]:
     return KEYS.to(torch.float64), VALUES.to(torch.float64)
 
 
-@checker("01.1")
+def _relu_row() -> tuple[torch.Tensor, torch.Tensor]:
+    """The toy keys and the query q = (2, 1) of exercise 01.1."""
+    K, _ = _toy_database()
+    return K, torch.tensor([[2.0, 1.0]], dtype=torch.float64)
+
+
+def _relu_mistakes() -> list[tuple[torch.Tensor, str]]:
+    K, q = _relu_row()
+    return [
+        (similarity(q, K, kernel="relu", scale=1.0)[0],
+         "these are the scores A[0, j]; divide each by their sum Z[0, 0]."),
+        (attention_weights(q, K, scale=1.0)[0],
+         "these are the weights of the exponential kernel; use relu, max(s, 0)."),
+    ]
+
+
+@checker("01.1", mistakes=_relu_mistakes)
 def _relu_weights(answer: object) -> str | None:
     """The relu weight row of q = (2, 1) on the toy keys, scale 1."""
-    K, _ = _toy_database()
-    q = torch.tensor([[2.0, 1.0]], dtype=torch.float64)
+    K, q = _relu_row()
     expected = attention_weights(q, K, kernel="relu", scale=1.0)[0]
     got = as_tensor(answer)
     if got is not None and got.shape == expected.shape and bool((got < 0).any()):
         return ("a weight is negative: relu turns a negative dot product into a score of 0, "
                 "so no weight can be below 0.")
-    A = similarity(q, K, kernel="relu", scale=1.0)[0]
-    return compare(
-        answer, expected, rel=0.01, what="five weights, key 0 first",
-        mistakes=(
-            (A, "these are the scores A[0, j]; divide each by their sum Z[0, 0]."),
-            (attention_weights(q, K, scale=1.0)[0],
-             "these are the weights of the exponential kernel; use relu, max(s, 0)."),
-        ),
-    )
+    return compare(answer, expected, rel=0.01, what="five weights, key 0 first",
+                   mistakes=_relu_mistakes())
 
 
 @numbers("01.3", rel=1e-6, what="one number of multiply-adds")
@@ -137,9 +145,9 @@ def _kernel_lookup() -> Implementation:
                       {"Q": randn(2, 3, 8, seed=7, dtype=F32),
                        "K": randn(2, 7, 8, seed=8, dtype=F32),
                        "V": randn(2, 7, 5, seed=9, dtype=F32), "f": torch.exp}),
-        function_case("float32, sigmoid kernel",
-                      {"Q": randn(4, 2, seed=10, dtype=F32), "K": randn(9, 2, seed=11, dtype=F32),
-                       "V": randn(9, 1, seed=12, dtype=F32), "f": torch.sigmoid}),
+        function_case("float32, sigmoid kernel, more queries than keys",
+                      {"Q": randn(9, 2, seed=10, dtype=F32), "K": randn(4, 2, seed=11, dtype=F32),
+                       "V": randn(4, 1, seed=12, dtype=F32), "f": torch.sigmoid}),
     ]
     return Implementation(
         "a function lookup(Q, K, V, f) returning Y", reference, cases, (

@@ -20,7 +20,9 @@ def _gemma_width_parameters():
     return scalar(expected), (
         (scalar(4 * d * d), "that assumes H d_head = d_in; here H d_head = 32 x 128 = 4096 is "
                             "narrower than d_in = 5376."),
-        (scalar(3 * d * width), "that counts W_Q, W_K and W_V only; add the output matrix W_O."),
+        (scalar(3 * d * width), "that is three matrices' worth: count W_Q, W_K, W_V and the "
+                                "output matrix W_O, each with all H = 32 heads (here every head "
+                                "has its own keys and values)."),
         (scalar(4 * d * d_head), "that is one head's share; the layer has H = 32 heads."),
         (scalar(4 * width * width), "the rows of W_Q, W_K, W_V are the d_in = 5376 input "
                                     "features, not H d_head."),
@@ -46,8 +48,10 @@ def _head_removed():
         (Y, "that is the layer's output with both heads; set Y_1 to zero first."),
         (columns_zeroed, "zeroing columns 3..5 of Y is not removing head 1: W_O mixes the "
                          "heads, so head 1 contributes Y_1 W_O^1 to every column."),
-        (merge_heads(first_removed) @ W_O, "that removes head 0; heads count from 0, and head "
-                                           "1 is the second block of columns."),
+        (merge_heads(first_removed) @ W_O, "that is head 1's contribution Y_1 W_O^1, which is "
+                                           "also the layer with head 0 removed: keep head 0's "
+                                           "contribution and drop head 1's (heads count from "
+                                           "0)."),
         (merge_heads(kept), "that is the concatenation (Y_0 0); multiply it by W_O."),
     )
 

@@ -16,16 +16,16 @@ def _decode_pairs():
     """Allowed (query, key) pairs when 4 new tokens are decoded against 6 cached ones."""
     n_new, n_kv = 4, 10
     expected = int(causal_mask(n_new, n_kv).sum())
-    hints = {
-        # top-left alignment, or the new tokens alone (both give 1 + 2 + 3 + 4)
-        int(torch.ones(n_new, n_kv, dtype=torch.bool).tril().sum()):
-            "that is the top-left mask, which treats the new tokens as positions 0 to 3 and "
-            "hides the cached keys from them; they are positions 6 to 9 and see every "
-            "cached key.",
-        int(causal_mask(n_kv).sum()): "that counts all ten tokens as queries; only the 4 new "
-                                      "tokens ask, the cached ones are keys only.",
-        n_new * n_kv: "that is with no mask: a new token must not see the new tokens after it.",
-    }
+    hints = (
+        # top-left alignment, or the new tokens alone: both give 1 + 2 + 3 + 4
+        (int(torch.ones(n_new, n_kv, dtype=torch.bool).tril().sum()),
+         "that counts only the pairs among the 4 new tokens, what the top-left mask allows "
+         "(it treats them as positions 0 to 3); they are positions 6 to 9 and see every cached "
+         "key too."),
+        (int(causal_mask(n_kv).sum()), "that counts all ten tokens as queries; only the 4 new "
+                                       "tokens ask, the cached ones are keys only."),
+        (n_new * n_kv, "that is with no mask: a new token must not see the new tokens after it."),
+    )
     return expected, hints, ("not quite: count, for each new token, the keys at or before "
                              "its position (rows of causal_mask(4, 10)).")
 

@@ -47,19 +47,21 @@ def _attention_dominates():
     step = decode_step_macs(1, 1, **LLAMA3_8B_SHAPE)
     per_key, rest = step["attention"], step["other"]
     no_head = rest - LLAMA3_8B.d_model * LLAMA3_8B.vocab_size
-    hints = {
-        -(-no_head // per_key): "that leaves out the output head, d x N_T multiply-adds per "
-                                "token: count it with the rest.",
-        _crossover(ffn="gelu"): "that counts two matrices in the feed-forward network; SwiGLU "
-                                "has three (gate, up and down).",
-        -(-rest // (per_key // 4)): "that scores the keys once per KV head (G = 8); every one "
-                                    "of the H = 32 query heads scores every key.",
-        -(-rest // (per_key // 2)): "that counts Q K^T only; the weighted sum P V costs as "
-                                    "much again.",
-        _crossover(n_kv_heads=LLAMA3_8B.n_heads): "that gives W_K and W_V 32 heads; Llama 3 8B "
-                                                  "projects to G = 8 key/value heads.",
-        expected - 1: "one short: at that N attention is still below the rest; round up.",
-    }
+    hints = (
+        (-(-no_head // per_key), "that leaves out the output head, d x N_T multiply-adds per "
+                                 "token: count it with the rest."),
+        (_crossover(ffn="gelu"), "that counts two matrices in the feed-forward network; SwiGLU "
+                                 "has three (gate, up and down)."),
+        (-(-rest // (per_key // 4)), "that scores the keys once per KV head (G = 8); every one "
+                                     "of the H = 32 query heads scores every key."),
+        (-(-rest // (per_key // 2)), "that counts Q K^T only; the weighted sum P V costs as "
+                                     "much again."),
+        (_crossover(n_kv_heads=LLAMA3_8B.n_heads), "that gives W_K and W_V 32 heads; Llama 3 "
+                                                   "8B projects to G = 8 key/value heads."),
+        (expected - 1, "one short: at that N attention is still below the rest; round up."),
+        (expected + 1, "one too many: one key fewer already gives attention at least as many "
+                       "multiply-adds as the rest (here exactly as many)."),
+    )
     return expected, hints, ("not quite: divide the multiply-adds of the rest of a step "
                              "(projections, SwiGLU, output head) by those of attention per "
                              "key, 2 N_L H d_head, and round up.")
@@ -71,17 +73,17 @@ def _longest_context():
     per_token = LLAMA3_8B.kv_bytes_per_token()
     left = 80 * 10**9 - LLAMA3_8B.weight_bytes()  # bytes left after the weights
     expected = left // per_token
-    hints = {
-        (80 * 2**30 - LLAMA3_8B.weight_bytes()) // per_token:
-            "that takes 80 GiB (2^30 bytes each); the accelerator has 80 GB, 80 x 10^9 bytes.",
-        80 * 10**9 // per_token: "that ignores the weights, which take their share first.",
-        left // (per_token // 2):
-            "that is an fp8 cache (1 byte); the question stores it in bf16, 2 bytes.",
-        left // LLAMA3_8B.cache_bytes_per_token("mha"):
-            "that sizes the cache for all 32 query heads; Llama 3 8B caches its 8 KV heads.",
-        expected + 1: "one token too many: round the number of tokens down, the last one must "
-                      "fit.",
-    }
+    hints = (
+        ((80 * 2**30 - LLAMA3_8B.weight_bytes()) // per_token,
+         "that takes 80 GiB (2^30 bytes each); the accelerator has 80 GB, 80 x 10^9 bytes."),
+        (80 * 10**9 // per_token, "that ignores the weights, which take their share first."),
+        (left // (per_token // 2),
+         "that is an fp8 cache (1 byte); the question stores it in bf16, 2 bytes."),
+        (left // LLAMA3_8B.cache_bytes_per_token("mha"),
+         "that sizes the cache for all 32 query heads; Llama 3 8B caches its 8 KV heads."),
+        (expected + 1, "one token too many: round the number of tokens down, the last one must "
+                       "fit."),
+    )
     return expected, hints, ("not quite: divide the memory left after the weights by the "
                              "cache bytes per token (kv_bytes_per_token()) and round down.")
 
@@ -151,17 +153,22 @@ def _cache_case(name: str, seed: int, batch: tuple, G: int, chunks: tuple, d: in
     K = randn(*batch, G, N, d, seed=seed, dtype=dtype)
     V = randn(*batch, G, N, d + 1, seed=seed + 1, dtype=dtype)
 
+    def held(cache) -> int:
+        n_tokens = cache.n_tokens
+        if callable(n_tokens):
+            raise TypeError("n_tokens is a method; make it a property (@property)")
+        return int(n_tokens)
+
     def run(cls):
-        cache, out, start = cls(), [], 0
+        cache, out, start, counts = cls(), [], 0, []
         for n in chunks:
             K_all, V_all = cache.append(K[..., start:start + n, :].clone(),
                                         V[..., start:start + n, :].clone())
             start += n
             out += [K_all, V_all]
-        n_tokens = cache.n_tokens
-        if callable(n_tokens):
-            raise TypeError("n_tokens is a method; make it a property (@property)")
-        return (*out, torch.tensor(int(n_tokens)))
+            counts.append(held(cache))
+        counts.append(held(cls()))  # a new, empty cache holds 0 tokens
+        return (*out, torch.tensor(counts))
 
     return Case(name, run, f"K {tuple(K.shape)}, V {tuple(V.shape)} in chunks of {chunks}")
 
@@ -174,6 +181,8 @@ def _kv_cache() -> Implementation:
                     torch.float32),
         _cache_case("float64, batch of 2, one KV head, chunks of 1, 2, 1", 5, (2,), 1,
                     (1, 2, 1), 2, torch.float64),
+        _cache_case("float64, no batch dims, 3 KV heads, chunks of 2, 3", 9, (), 3, (2, 3), 4,
+                    torch.float64),
     ]
     return Implementation(
         "a class with append(K, V) -> (K_all, V_all) and a property n_tokens", _Reference, cases, (

@@ -17,12 +17,14 @@ def _decode_intensity():
     cache_bytes = 2 * n_kv * n * d_head * n_b  # K and V of the G key/value heads
     expected = macs / cache_bytes
     return scalar(expected), (
-        (scalar(n_heads / n_kv), "that is per cached number; each bf16 number takes 2 bytes."),
+        (scalar(n_heads / n_kv), "that is H / G = 8, multiply-adds per cached number (or per "
+                                 "byte of K alone): each bf16 number takes 2 bytes, and the "
+                                 "step reads K and V."),
         (scalar(1 / n_b), "that is the multi-head layer (G = H); Llama 3 70B has G = 8 "
                           "key/value heads for H = 64 query heads."),
         (scalar(cache_bytes / macs), "that is bytes per multiply-add, the inverse."),
-        (scalar(expected / 2), "that counts the logits only; the weighted sum of the values "
-                               "costs as many multiply-adds again."),
+        (scalar(expected / 2), "that is half: count both products, the logits and the "
+                               "weighted sum of the values, for all H = 64 query heads."),
     )
 
 
@@ -32,13 +34,15 @@ def _kv_head_of_13():
     n_heads, n_kv_heads, h = 32, 8, 13
     expected = int(kv_head_index(n_heads, n_kv_heads)[h])
     s = n_heads // n_kv_heads
-    hints = {
-        h // n_kv_heads: "that divides by G; divide by the group size s = H / G = 4.",
-        h % n_kv_heads: "that is h mod G, an interleaved grouping; PyTorch and Hugging Face "
-                        "group consecutive query heads, g(h) = h // s.",
-        (h - 1) // s + 1: "that mixes conventions: the 1-based formula floor((h - 1) / s) + 1 "
-                          "needs the 1-based head number 14; counted from 0, g(h) = h // s.",
-    }
+    hints = (
+        # h // G and h mod s are both 1 at h = 13; the 1-based answer and h / s rounded up, 4
+        (h // n_kv_heads, f"{h // n_kv_heads} is h // G (and h mod s): query head h reads KV "
+                          "head h // s, with the group size s = H / G = 4."),
+        (h % n_kv_heads, "that is h mod G, an interleaved grouping; PyTorch and Hugging Face "
+                         "group consecutive query heads, g(h) = h // s."),
+        ((h - 1) // s + 1, f"{(h - 1) // s + 1} is a 1-based answer (or h / s rounded up): heads "
+                           "count from 0, and g(h) = h // s rounds down."),
+    )
     return expected, hints, (f"not quite: with s = H / G = {s}, query head h reads KV head "
                              "h // s.")
 
@@ -85,7 +89,7 @@ def _expanded(Q, K, V, repeat, *, causal=False, top_left=False):
         M = (torch.ones(n_q, n_kv, dtype=torch.bool).tril() if top_left
              else causal_mask(n_q, n_kv))
         S = S.masked_fill(~M, float("-inf"))
-    return torch.softmax(S, dim=-1) @ V
+    return torch.softmax(S, dim=-1).nan_to_num(0.0) @ V  # a row with no key: zeros
 
 
 def _interleave(KV, r):
@@ -122,13 +126,15 @@ def _gqa_forward() -> Implementation:
     F32 = torch.float32
     F64 = torch.float64
     cases = [
-        _gqa_case("float64, H = 4, G = 2", 1, (), 4, 2, 3, 3, 4, F64, False),
+        _gqa_case("float64, H = 4, G = 2, N_Q = 3, N_KV = 5", 1, (), 4, 2, 3, 5, 4, F64, False),
         _gqa_case("float32, batch dims, H = 6, G = 3, causal", 11, (2,), 6, 3, 5, 5, 4, F32, True),
         _gqa_case("float32, G = 1 (MQA), N_Q = 2 at the end of N_KV = 7, causal", 21, (1,),
                   4, 1, 2, 7, 8, F32, True),
         _gqa_case("float64, G = H (MHA), causal", 31, (), 3, 3, 4, 4, 2, F64, True),
         _gqa_case("float64, H = 8, G = 2, N_Q = 3 at the end of N_KV = 6, causal", 41, (), 8, 2,
                   3, 6, 4, F64, True),
+        _gqa_case("float32, H = 4, G = 2, N_Q = 5 > N_KV = 3, causal: the first two queries see "
+                  "no key (their rows are zeros)", 51, (2,), 4, 2, 5, 3, 4, F32, True),
     ]
     return Implementation(
         "a function gqa(Q, K, V, *, causal=False) returning (..., H, N_Q, d_v)", reference, cases, (

@@ -64,14 +64,15 @@ def _exact_latent_width():
     """Smallest d_L at which mla_from_mha converts a Llama 3 8B layer exactly."""
     llama = LLAMA3_8B
     G, d_head, d_in = llama.n_kv_heads, llama.d_head, llama.d_model
-    hints = {
-        G * d_head: "that holds the keys only; the latent must carry keys and values, "
-                    "[W_K | W_V].",
-        d_in: "that is d_in; the rank of [W_K | W_V] is bounded by its columns too, "
-              "2 G d_head, which is smaller.",
-        2 * llama.n_heads * d_head: "that uses the 32 query heads; only the G = 8 key/value "
-                                    "heads have their own K and V.",
-    }
+    hints = (
+        (G * d_head, "that holds the keys only; the latent must carry keys and values, "
+                     "[W_K | W_V]."),
+        # d_in = H d_head = 4096 in Llama 3 8B: the hint fits both
+        (d_in, "that is d_in (and H d_head): the rank of [W_K | W_V] is bounded by its rows "
+               "and by its columns, 2 G d_head, whichever is smaller."),
+        (2 * llama.n_heads * d_head, "that uses the 32 query heads; only the G = 8 key/value "
+                                     "heads have their own K and V."),
+    )
     return min(d_in, 2 * G * d_head), hints, ("not quite: what is the largest rank the matrix "
                                               "[W_K | W_V] of shape (d_in, 2 G d_head) can "
                                               "have?")
@@ -92,15 +93,16 @@ from attnlib.exercises.implement import (  # noqa: E402
 from attnlib.layers.mla import mla_absorbed  # noqa: E402
 
 
-def _step_case(name, seed, batch, H, d_LQ, d_L, d_head, d_R, n_kv, d_out, dtype):
+def _step_case(name, seed, batch, H, d_LQ, d_L, d_head, d_R, n_kv, d_out, dtype, d_v=None):
+    d_v = d_head if d_v is None else d_v
     r = {"L_Q": randn(*batch, 1, d_LQ, seed=seed, dtype=dtype),
          "L": randn(*batch, n_kv, d_L, seed=seed + 1, dtype=dtype),
          "q_R": randn(*batch, H, 1, d_R, seed=seed + 2, dtype=dtype),
          "k_R": randn(*batch, n_kv, d_R, seed=seed + 3, dtype=dtype),
          "W_LQQ": randn(d_LQ, H * d_head, seed=seed + 4, dtype=dtype, scale=d_LQ ** -0.5),
          "W_LK": randn(d_L, H * d_head, seed=seed + 5, dtype=dtype, scale=d_L ** -0.5),
-         "W_LV": randn(d_L, H * d_head, seed=seed + 6, dtype=dtype, scale=d_L ** -0.5),
-         "W_O": randn(H * d_head, d_out, seed=seed + 7, dtype=dtype, scale=(H * d_head) ** -0.5),
+         "W_LV": randn(d_L, H * d_v, seed=seed + 6, dtype=dtype, scale=d_L ** -0.5),
+         "W_O": randn(H * d_v, d_out, seed=seed + 7, dtype=dtype, scale=(H * d_v) ** -0.5),
          "n_heads": H}
     return function_case(name, r)
 
@@ -137,6 +139,8 @@ def _absorbed_step() -> Implementation:
         _step_case("float32, batch dims, H = 4, 7 cached tokens", 11, (2,), 4, 8, 6, 4, 2, 7, 5,
                    torch.float32),
         _step_case("float64, one cached token", 21, (), 3, 4, 4, 2, 4, 1, 3, torch.float64),
+        _step_case("float64, two batch dims, values of width d_v = 2 != d_head = 4", 31, (2, 1),
+                   2, 5, 3, 4, 3, 4, 3, torch.float64, d_v=2),
     ]
     return Implementation(
         "a function step(L_Q, L, q_R, k_R, W_LQQ, W_LK, W_LV, W_O, n_heads) returning "

@@ -62,17 +62,17 @@ def _slowest_wavelength():
 def _per_head_rotary_cache():
     """DeepSeek-V2's cache per token and layer if every head had its own rotated key."""
     ds = DEEPSEEK_V2
-    hints = {
-        ds.d_latent + ds.d_rope: "that is the real design, with one rotated key shared by all "
-                                 "heads; the question gives each head its own.",
-        ds.n_heads * ds.d_rope: "that is the rotary keys alone; the latent L is still cached.",
-        ds.values_per_token_per_layer("mha"): "that is a full multi-head cache; the latent "
-                                              "stays, only the rotary keys multiply.",
-        ds.d_latent + 2 * ds.n_heads * ds.d_rope: "that caches a rotary query per head too; "
-                                                  "queries are never cached.",
-        ds.n_layers * (ds.d_latent + ds.n_heads * ds.d_rope): "that is all 60 layers; the "
-                                                             "question asks for one layer.",
-    }
+    hints = (
+        (ds.d_latent + ds.d_rope, "that is the real design, with one rotated key shared by all "
+                                  "heads; the question gives each head its own."),
+        (ds.n_heads * ds.d_rope, "that is the rotary keys alone; the latent L is still cached."),
+        (ds.values_per_token_per_layer("mha"), "that is a full multi-head cache; the latent "
+                                               "stays, only the rotary keys multiply."),
+        (ds.d_latent + 2 * ds.n_heads * ds.d_rope, "that caches a rotary query per head too; "
+                                                   "queries are never cached."),
+        (ds.n_layers * (ds.d_latent + ds.n_heads * ds.d_rope), "that is all 60 layers; the "
+                                                               "question asks for one layer."),
+    )
     return ds.d_latent + ds.n_heads * ds.d_rope, hints, (
         "not quite: add the latent width d_L and one rotary key of width d_R for each of the "
         "H heads.")
@@ -130,6 +130,9 @@ def _rope_at_offset() -> Implementation:
                        "positions": torch.tensor([100])}, base=500000.0),
         function_case("float64, odd N, positions 3..9, base 10",
                       {"X": randn(3, 7, 2, seed=4), "positions": torch.arange(3, 10)}, base=10.0),
+        function_case("float64, positions out of order and with gaps (7, 2, 30, 3)",
+                      {"X": randn(2, 4, 4, seed=5), "positions": torch.tensor([7, 2, 30, 3])},
+                      base=100.0),
     ]
     return Implementation(
         "a function rope(X, positions, *, base) returning the rotated X", reference, cases, (

@@ -11,33 +11,40 @@ from attnlib.analysis.flash import tiled_attention
 from attnlib.exercises import as_tensor, checker, compare, numbers, scalar, whole_number
 
 
-@checker("09.1")
-def _online_softmax_output(answer: object) -> str | None:
-    """Output of the online softmax for logits (0, 2 | 4, 1) and values (1, 2 | 3, 4)."""
-    # one query whose logits are q . k_j: q = (1), keys (0, 2, 4, 1), scale 1
+def _online_example() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Exercise 09.1's one query: logits q . k_j = (0, 2, 4, 1) (q = 1, scale 1), values 1..4."""
     t = torch.tensor([[0.0], [2.0], [4.0], [1.0]], dtype=torch.float64)
     v = torch.tensor([[1.0], [2.0], [3.0], [4.0]], dtype=torch.float64)
-    q = torch.ones(1, 1, dtype=torch.float64)
-    expected = tiled_attention(q, t, v, block_size=2, scale=1.0).reshape(())
+    return torch.ones(1, 1, dtype=torch.float64), t, v
+
+
+def _online_mistakes() -> list[tuple[torch.Tensor, str]]:
+    _, t, v = _online_example()
     no_rescale = (math.exp(-2) * 1 + 2 + 3 + math.exp(-3) * 4) / (math.exp(-2) + 1 + 1
                                                                    + math.exp(-3))
     block_means = (float(torch.softmax(t[:2, 0], 0) @ v[:2, 0])
                    + float(torch.softmax(t[2:, 0], 0) @ v[2:, 0])) / 2
+    return [
+        (scalar(no_rescale), "that skips the rescaling: when the second block raises the "
+                             "maximum from 2 to 4, multiply the old l and o by e^(2 - 4) "
+                             "before adding the new terms."),
+        (scalar(block_means), "that averages the two blocks' outputs; the blocks must be "
+                              "weighted by their shares of the normaliser l."),
+        (scalar(float(v.mean())), "that is the plain mean of the values: the weights are a "
+                                  "softmax of the logits, not uniform."),
+    ]
+
+
+@checker("09.1", mistakes=_online_mistakes)
+def _online_softmax_output(answer: object) -> str | None:
+    """Output of the online softmax for logits (0, 2 | 4, 1) and values (1, 2 | 3, 4)."""
+    q, t, v = _online_example()
+    expected = tiled_attention(q, t, v, block_size=2, scale=1.0).reshape(())
     got = as_tensor(answer)
     if got is not None and got.numel() == 1:
         answer = got.reshape(())
-    return compare(
-        answer, expected, rel=1e-3, what="one number, the output o / l",
-        mistakes=(
-            (scalar(no_rescale), "that skips the rescaling: when the second block raises the "
-                                 "maximum from 2 to 4, multiply the old l and o by e^(2 - 4) "
-                                 "before adding the new terms."),
-            (scalar(block_means), "that averages the two blocks' outputs; the blocks must be "
-                                  "weighted by their shares of the normaliser l."),
-            (scalar(float(v.mean())), "that is the plain mean of the values: the weights are a "
-                                      "softmax of the logits, not uniform."),
-        ),
-    )
+    return compare(answer, expected, rel=1e-3, what="one number, the output o / l",
+                   mistakes=_online_mistakes())
 
 
 @whole_number("09.2", what="a whole number of bytes", floats="whole")
@@ -48,13 +55,13 @@ def _recurrent_state_bytes():
     state.step(torch.ones(heads, r, dtype=torch.bfloat16),
                torch.ones(heads, r, dtype=torch.bfloat16),
                torch.ones(heads, d_v, dtype=torch.bfloat16))
-    hints = {
-        layers * heads * r * d_v * 2: "that counts S_t only; the state also holds the "
-                                      "normaliser z_t, r more numbers per head.",
-        layers * heads * (r * d_v + r): "that counts numbers; bfloat16 takes 2 bytes each.",
-        heads * (r * d_v + r) * 2: "that is one layer; the question asks for all 48.",
-        layers * heads * (r * d_v + r) * 4: "that is float32; bfloat16 takes 2 bytes.",
-    }
+    hints = (
+        (layers * heads * r * d_v * 2, "that counts S_t only; the state also holds the "
+                                       "normaliser z_t, r more numbers per head."),
+        (layers * heads * (r * d_v + r), "that counts numbers; bfloat16 takes 2 bytes each."),
+        (heads * (r * d_v + r) * 2, "that is one layer; the question asks for all 48."),
+        (layers * heads * (r * d_v + r) * 4, "that is float32; bfloat16 takes 2 bytes."),
+    )
     return layers * state.nbytes, hints, ("not quite: per head, S_t has r x d_V numbers and "
                                           "z_t has r; multiply by heads, layers and bytes per "
                                           "number.")
@@ -144,6 +151,16 @@ def _online_softmax() -> Implementation:
                       {"Q": randn(1, 2, seed=13), "K": randn(3, 2, seed=14),
                        "V": randn(3, 2, seed=15),
                        "block_size": 8}),
+        function_case("float32, a query whose largest logits come first, the last blocks "
+                      "over 200 below them",
+                      {"Q": randn(2, 4, seed=16, scale=4.0).to(F32),
+                       "K": (growing.flip(0) * randn(20, 4, seed=17, scale=4.0)).to(F32),
+                       "V": randn(20, 2, seed=18, dtype=F32), "block_size": 5}),
+        function_case("float32, more queries than keys, one query's logits all below -150",
+                      {"Q": torch.cat((-80 * randn(1, 4, seed=19).abs(),
+                                       randn(4, 4, seed=20))).to(F32),
+                       "K": (1 + 3 * randn(3, 4, seed=21).abs()).to(F32),
+                       "V": randn(3, 3, seed=22, dtype=F32), "block_size": 2}),
     ]
     return Implementation(
         "a function tiled(Q, K, V, block_size) returning Y", reference, cases, (

@@ -50,25 +50,39 @@ def _optimal_columns():
     )
 
 
-@checker("10.3")
-def _uniform_ess(answer: object) -> str | None:
-    """ESS of m = 100 uniform draws for weights (0.9, 0.1/99, ..., 0.1/99) over N = 100 keys."""
+def _ess_example() -> tuple[torch.Tensor, torch.Tensor]:
+    """Exercise 10.3's weights (0.9, 0.1/99, ..., 0.1/99) and the uniform proposal, N = 100."""
     P = torch.full((1, 100), 0.1 / 99, dtype=F64)
     P[0, 0] = 0.9
-    uniform = torch.full((1, 100), 0.01, dtype=F64)
+    return P, torch.full((1, 100), 0.01, dtype=F64)
+
+
+def _ess_mistakes() -> list[tuple[torch.Tensor, str]]:
+    P, uniform = _ess_example()
+    expected = float(effective_sample_size(P, uniform, m=100)[0])
+    squares = float(P.pow(2).sum())
+    return [
+        (scalar(expected / 100), "that is the ESS per draw; the question asks for the "
+                                 "ESS of all 100 draws."),
+        # N = m = 100: N sum_j P_j^2 (the discount) and m sum_j P_j^2 are one number here
+        (scalar(100 * squares), "that is N sum_j P_j^2 = 1 + chi^2 (here also m sum_j P_j^2), "
+                                "the factor by which the draws are discounted: divide m by it."),
+        (scalar(100 / squares), "that is m / sum_j P_j^2, 100 times too large: the discount "
+                                "1 + chi^2 = sum_j P_j^2 / rho_j is N sum_j P_j^2 for the uniform "
+                                "rho_j = 1/N."),
+    ]
+
+
+@checker("10.3", mistakes=_ess_mistakes)
+def _uniform_ess(answer: object) -> str | None:
+    """ESS of m = 100 uniform draws for weights (0.9, 0.1/99, ..., 0.1/99) over N = 100 keys."""
+    P, uniform = _ess_example()
     expected = float(effective_sample_size(P, uniform, m=100)[0])
     got = as_tensor(answer)
     if got is not None and got.numel() == 1:
         answer = got.reshape(())  # one number, however it is wrapped
-    return compare(
-        answer, scalar(expected), rel=1e-3, what="one number, an effective sample size",
-        mistakes=(
-            (scalar(expected / 100), "that is the ESS per draw; the question asks for the "
-                                     "ESS of all 100 draws."),
-            (scalar(100 * float(P.pow(2).sum())), "that is 1 + chi^2, the factor by which "
-                                                  "the draws are discounted: divide m by it."),
-        ),
-    )
+    return compare(answer, scalar(expected), rel=1e-3,
+                   what="one number, an effective sample size", mistakes=_ess_mistakes())
 
 
 # ---------------------------------------------------------------------------------------
@@ -77,6 +91,7 @@ def _uniform_ess(answer: object) -> str | None:
 from attnlib.analysis.randomised import importance_attention  # noqa: E402
 from attnlib.exercises.implement import (  # noqa: E402
     Case,
+    CheckFailedError,
     Implementation,
     Mistake,
     implementation,
@@ -101,8 +116,17 @@ def _estimator_case(name, seed, n_q, n_kv, d, d_v, m, dtype, uniform):
                                                                   dtype=dtype), dim=-1))
 
     def run(fn):
-        return torch.stack([fn(Q.clone(), K.clone(), V.clone(), rho.clone(), m,
-                               torch.Generator().manual_seed(r)) for r in range(REPLICATES)])
+        def once(seed):
+            return fn(Q.clone(), K.clone(), V.clone(), rho.clone(), m,
+                      torch.Generator().manual_seed(seed))
+
+        out = torch.stack([once(r) for r in range(REPLICATES)])
+        again = once(0)
+        if not (isinstance(again, torch.Tensor) and torch.equal(again, out[0])):
+            raise CheckFailedError("two calls with generators of the same seed return "
+                                   "different estimates: draw every key with "
+                                   "generator=generator")
+        return out
 
     return Case(name, run, f"Q {tuple(Q.shape)}, K {tuple(K.shape)}, V {tuple(V.shape)}, "
                            f"m = {m}, {REPLICATES} seeds", statistical=True)
@@ -137,6 +161,8 @@ def _importance_estimator() -> Implementation:
     cases = [
         _estimator_case("float64, a proposal near P", 1, 2, 12, 4, 2, 8, torch.float64, False),
         _estimator_case("float32, uniform proposal", 11, 3, 16, 4, 3, 16, torch.float32, True),
+        _estimator_case("float64, d_QK = 16, more queries than keys", 21, 6, 4, 16, 2, 16,
+                        torch.float64, False),
     ]
     return Implementation(
         "a function estimate(Q, K, V, rho, m, generator) returning (N_Q, d_V)", reference,

@@ -24,15 +24,15 @@ PAGING_LENGTHS = (100, 900, 33, 2048, 470)
 def _paged_slots():
     """Token slots a paged cache with blocks of 16 holds for PAGING_LENGTHS."""
     mem = paging_memory(PAGING_LENGTHS, max_tokens=2048, block_size=16)
-    hints = {
-        mem.contiguous: "that is the contiguous reservation, 5 x 2,048 slots; a paged cache "
-                        "holds only the blocks each request has filled.",
-        mem.used: "that is the tokens themselves; each request's last block is only partly "
-                  "filled, and the whole block is held.",
-        16 * sum(n // 16 for n in PAGING_LENGTHS): "that rounds each request down to whole "
+    hints = (
+        (mem.contiguous, "that is the contiguous reservation, 5 x 2,048 slots; a paged cache "
+                         "holds only the blocks each request has filled."),
+        (mem.used, "that is the tokens themselves; each request's last block is only partly "
+                   "filled, and the whole block is held."),
+        (16 * sum(n // 16 for n in PAGING_LENGTHS), "that rounds each request down to whole "
                                                    "blocks; a partly filled block is held too: "
-                                                   "ceil(n_b / s) blocks.",
-    }
+                                                   "ceil(n_b / s) blocks."),
+    )
     return mem.paged, hints, "count ceil(n_b / 16) blocks for each request, 16 slots a block."
 
 
@@ -46,7 +46,11 @@ def _tokens_per_pass():
                                 "a round stops at the first rejection."),
         (scalar((1 - alpha ** k) / (1 - alpha)), "that forgets the token the target adds at "
                                                  "the end of every round, kept or not."),
-        (scalar(1 / (1 - alpha)), "that is k = infinity; the draft proposes only 4."),
+        # 1 / (1 - alpha) = k + 1 = 5 at alpha = 0.8, k = 4
+        (scalar(1 / (1 - alpha)), "5 is the k = infinity limit 1 / (1 - alpha), and also k + 1, "
+                                  "a round whose every proposal is kept: the draft proposes "
+                                  "only 4, each kept with probability 0.8, and the round stops "
+                                  "at the first rejection."),
     )
 
 

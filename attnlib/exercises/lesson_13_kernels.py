@@ -1,11 +1,12 @@
-"""The Triton side of lesson 13's exercises: the kernels the reader writes, in attnlib's
-version and with the catalogued mistakes, the launchers that run them, and
+"""The Triton side of lesson 13's exercises: attnlib's version of each kernel the reader
+writes, the catalogued mistakes as edits of its source, the launchers that run them, and
 :func:`reader_flash_attention`, which makes the reader's kernels one differentiable function.
 
-Each exercise's kernel is written once here with a ``BUG`` parameter: ``BUG=0`` is attnlib's
-kernel (the fallback for a piece the reader has not written, and what the tests compare with
-PyTorch), and each other value is one catalogued mistake, the kernel a reader writes who
-holds that misconception. The checks run a mistake as ``Bug(kernel, n)``.
+Each kernel here is the lesson's solution to its exercise (the forward's, 13.5's, with
+``CAUSAL``), plus attnlib's contract that a row that sees no key gives zeros: the fallback for
+a piece the reader has not written, and what the tests compare with PyTorch. A catalogued
+mistake is that source with an edit or two applied (:func:`patched`): the kernel a reader
+writes who holds the misconception, built once and compiled from its own text.
 
 The layout every attention kernel of the exercises sees (one head per program of grid axis
 1; the launcher repeats the shared key/value heads of grouped-query attention, so a kernel
@@ -22,6 +23,10 @@ Lesson: 13_attention_as_a_kernel.
 
 from __future__ import annotations
 
+import inspect
+import linecache
+import textwrap
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
@@ -30,214 +35,88 @@ import triton.language as tl
 
 from attnlib.exercises.triton_checks import Guarded, cdiv, is_kernel, launch
 from attnlib.kernels import triton_flash as _flash
-from attnlib.kernels.backward import check_qkv
+from attnlib.kernels.backward import check_grouped_qkv
 
-__all__ = ["Bug", "dkdv_kernel", "dq_kernel", "forward_kernel", "matmul_kernel",
+__all__ = ["dkdv_kernel", "dq_kernel", "forward_kernel", "is_patched", "matmul_kernel", "patched",
            "reader_flash_attention", "softmax_kernel"]
 
 
-class Bug(NamedTuple):
-    """Catalogued mistake ``number`` of ``kernel`` (its ``BUG`` parameter)."""
-
-    kernel: object
-    number: int
-
-
-def _unpack(fn) -> tuple[object, dict]:
-    return (fn.kernel, {"BUG": fn.number}) if isinstance(fn, Bug) else (fn, {})
-
-
 # ---------------------------------------------------------------------------------------
-# 13.2: a row softmax
+# 13.2 and 13.3: a row softmax, a tiled product
 # ---------------------------------------------------------------------------------------
 
 
 @triton.jit
-def softmax_kernel(X, Y, stride, n_cols, BLOCK: tl.constexpr, BUG: tl.constexpr = 0):
-    """Row ``r`` of ``Y`` = softmax of row ``r`` of ``X`` (``n_cols`` numbers from
-    ``X + r * stride``); one program per row. Mistakes: 1 an unmasked load, 2 the lanes past
-    the row read as 0, 3 no max subtracted, 4 an unmasked store, 5 the row length as the
-    row stride."""
+def softmax_kernel(X, Y, stride, n_cols, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
-    ok = cols < n_cols
-    start = row * stride
-    if BUG == 5:
-        start = row * n_cols
-    if BUG == 1:
-        x = tl.load(X + start + cols)
-    elif BUG == 2:
-        x = tl.load(X + start + cols, mask=ok, other=0.0)
-    else:
-        x = tl.load(X + start + cols, mask=ok, other=float("-inf"))
-    if BUG == 3:
-        z = tl.exp(x)
-    else:
-        z = tl.exp(x - tl.max(x, axis=0))
-    y = z / tl.sum(z, axis=0)
-    if BUG == 4:
-        tl.store(Y + start + cols, y)
-    else:
-        tl.store(Y + start + cols, y, mask=ok)
-
-
-def run_softmax(fn, x: torch.Tensor, *, pad: int = 3) -> torch.Tensor:
-    """``fn`` on the rows of ``x`` (rows, n), laid out with ``pad`` numbers after each row."""
-    kernel, meta = _unpack(fn)
-    rows, n = x.shape
-    X = Guarded("X", (rows, n), dtype=x.dtype, device=x.device, data=x, pad_cols=pad)
-    Y = Guarded("Y", (rows, n), dtype=x.dtype, device=x.device, pad_cols=pad)
-    launch(kernel, (rows,), (X.view, Y.view, X.stride_r, n),
-           {"BLOCK": triton.next_power_of_2(n), **meta}, (X, Y))
-    return Y.result()
-
-
-# ---------------------------------------------------------------------------------------
-# 13.3: a tiled matrix product
-# ---------------------------------------------------------------------------------------
+    inside = cols < n_cols
+    x = tl.load(X + row * stride + cols, mask=inside, other=float("-inf"))
+    z = tl.exp(x - tl.max(x, axis=0))
+    tl.store(Y + row * stride + cols, z / tl.sum(z, axis=0), mask=inside)
 
 
 @triton.jit
 def matmul_kernel(A, B, C, M, N, K, stride_a, stride_b, stride_c, BLOCK_M: tl.constexpr,
-                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BUG: tl.constexpr = 0):
-    """``C = A B`` for ``A (M, K)``, ``B (K, N)``, one program per ``BLOCK_M x BLOCK_N`` tile
-    of ``C``; row ``r`` of a matrix starts at its row stride times ``r``. Mistakes: 1 the
-    loads along K unmasked, 2 the row length K as A's row stride, 3 one block of K only,
-    4 the accumulator overwritten, 5 an unmasked store."""
+                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    inner = tl.arange(0, BLOCK_K)
-    row_ok, col_ok = rows < M, cols < N
-    step_a = stride_a
-    if BUG == 2:
-        step_a = K
-    stop = K
-    if BUG == 3:
-        stop = BLOCK_K
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in range(0, stop, BLOCK_K):
-        ks = k0 + inner
-        if BUG == 1:
-            a = tl.load(A + rows[:, None] * step_a + ks[None, :], mask=row_ok[:, None])
-            b = tl.load(B + ks[:, None] * stride_b + cols[None, :], mask=col_ok[None, :])
-        else:
-            a = tl.load(A + rows[:, None] * step_a + ks[None, :],
-                        mask=row_ok[:, None] & (ks[None, :] < K), other=0.0)
-            b = tl.load(B + ks[:, None] * stride_b + cols[None, :],
-                        mask=(ks[:, None] < K) & col_ok[None, :], other=0.0)
-        if BUG == 4:
-            acc = tl.dot(a, b, input_precision="ieee")
-        else:
-            acc += tl.dot(a, b, input_precision="ieee")
-    out = C + rows[:, None] * stride_c + cols[None, :]
-    if BUG == 5:
-        tl.store(out, acc.to(C.dtype.element_ty))
-    else:
-        tl.store(out, acc.to(C.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
-
-
-def run_matmul(fn, a: torch.Tensor, b: torch.Tensor, blocks: tuple[int, int, int]) -> torch.Tensor:
-    """``fn`` on ``a (M, K)`` and ``b (K, N)`` in padded layouts (three row strides that all
-    differ from the row lengths); returns ``C (M, N)``."""
-    kernel, meta = _unpack(fn)
-    (M, K), N = a.shape, b.shape[1]
-    A = Guarded("A", (M, K), dtype=a.dtype, device=a.device, data=a, pad_cols=3)
-    B = Guarded("B", (K, N), dtype=b.dtype, device=b.device, data=b, pad_cols=5)
-    C = Guarded("C", (M, N), dtype=a.dtype, device=a.device, pad_cols=2)
-    bm, bn, bk = blocks
-    launch(kernel, (cdiv(M, bm), cdiv(N, bn)),
-           (A.view, B.view, C.view, M, N, K, A.stride_r, B.stride_r, C.stride_r),
-           {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, **meta}, (A, B, C))
-    return C.result()
+    for k0 in range(0, K, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        a = tl.load(A + rows[:, None] * stride_a + ks[None, :],
+                    mask=(rows[:, None] < M) & (ks[None, :] < K), other=0.0)
+        b = tl.load(B + ks[:, None] * stride_b + cols[None, :],
+                    mask=(ks[:, None] < K) & (cols[None, :] < N), other=0.0)
+        acc += tl.dot(a, b, input_precision="ieee")
+    tl.store(C + rows[:, None] * stride_c + cols[None, :], acc,
+             mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
 # ---------------------------------------------------------------------------------------
-# 13.4 and 13.5: FlashAttention-2's forward, then causal
+# 13.4 and 13.5: FlashAttention-2's forward, causal or not
 # ---------------------------------------------------------------------------------------
 
 
 @triton.jit
 def forward_kernel(Q, K, V, O, L, stride_qh, stride_qn, stride_kh, stride_kn, N, M, d, scale,
                    CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   BLOCK_D: tl.constexpr, BUG: tl.constexpr = 0):
-    """FlashAttention-2's forward for one tile of ``BLOCK_M`` query rows of head
-    ``program_id(1)``: ``O = softmax(scale Q K^T) V`` and ``L`` the row log-sum-exp. Mistakes:
-    1 the accumulator not rescaled, 2 the running sum not rescaled, 3 no running max, 4 L
-    the max alone, 5 the width d as the row stride, 6 the scale ignored (1/sqrt(d) used),
-    7 P left in float32 for the second product, 8 an unmasked store of O; causal: 9 aligned
-    top-left, 10 masked but not skipped, 11 skipped but not masked, 12 the diagonal hidden,
-    13 CAUSAL ignored."""
+                   BLOCK_D: tl.constexpr):
     start_m = tl.program_id(0)
     h = tl.program_id(1).to(tl.int64)  # int64: h * stride_qh may pass 2**31
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_N)
     dims = tl.arange(0, BLOCK_D)
-    row_ok, dim_ok = rows < N, dims < d
-    step_q, step_k = stride_qn, stride_kn
-    if BUG == 5:
-        step_q, step_k = d, d
-    s_scale = scale
-    if BUG == 6:
-        s_scale = 1.0 / tl.sqrt(d.to(tl.float32))
-    shift = M - N  # the queries are the last N positions: query i sees keys j <= i + M - N
-    if BUG == 9:
-        shift = 0
-    q = tl.load(Q + h * stride_qh + rows[:, None] * step_q + dims[None, :],
-                mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    q_mask = (rows[:, None] < N) & (dims[None, :] < d)
+    q = tl.load(Q + h * stride_qh + rows[:, None] * stride_qn + dims[None, :], mask=q_mask,
+                other=0.0)
+    m = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # the running max
+    l = tl.zeros([BLOCK_M], dtype=tl.float32)  # the running sum
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     stop = M
-    if CAUSAL and BUG != 13 and BUG != 10:
-        stop = tl.minimum(M, (start_m + 1) * BLOCK_M + shift)
+    if CAUSAL:  # the last key any query of this tile sees is (start_m + 1) * BLOCK_M - 1 + M - N
+        stop = tl.minimum(M, (start_m + 1) * BLOCK_M + M - N)
     for start_n in range(0, stop, BLOCK_N):
-        keys = start_n + cols
-        key_ok = keys < M
-        kv = h * stride_kh + keys[:, None] * step_k + dims[None, :]
-        k = tl.load(K + kv, mask=key_ok[:, None] & dim_ok[None, :], other=0.0)
-        v = tl.load(V + kv, mask=key_ok[:, None] & dim_ok[None, :], other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision="ieee") * s_scale
-        keep = key_ok[None, :]
-        if CAUSAL and BUG != 13 and BUG != 11:
-            if BUG == 12:
-                keep = keep & (keys[None, :] < rows[:, None] + shift)
-            else:
-                keep = keep & (keys[None, :] <= rows[:, None] + shift)
+        keys = start_n + tl.arange(0, BLOCK_N)
+        kv_mask = (keys[:, None] < M) & (dims[None, :] < d)
+        at = h * stride_kh + keys[:, None] * stride_kn + dims[None, :]
+        k = tl.load(K + at, mask=kv_mask, other=0.0)
+        v = tl.load(V + at, mask=kv_mask, other=0.0)
+        s = scale * tl.dot(q, tl.trans(k), input_precision="ieee")
+        keep = keys[None, :] < M
+        if CAUSAL:  # bottom-right: query i is position i + M - N
+            keep = keep & (keys[None, :] <= rows[:, None] + M - N)
         s = tl.where(keep, s, float("-inf"))
-        if BUG == 3:
-            p = tl.exp(s)
-            l_i = l_i + tl.sum(p, 1)
-            acc = acc + tl.dot(p.to(v.dtype), v, input_precision="ieee")
-        else:
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            p = tl.exp(s - m_new[:, None])
-            alpha = tl.exp(m_i - m_new)
-            if BUG == 2:
-                l_i = l_i + tl.sum(p, 1)
-            else:
-                l_i = alpha * l_i + tl.sum(p, 1)
-            if BUG == 7:
-                pv = tl.dot(p, v, input_precision="ieee")
-            else:
-                pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
-            if BUG == 1:
-                acc = acc + pv
-            else:
-                acc = acc * alpha[:, None] + pv
-            m_i = m_new
-    out = O + h * stride_qh + rows[:, None] * step_q + dims[None, :]
-    if BUG == 8:
-        tl.store(out, (acc / l_i[:, None]).to(O.dtype.element_ty))
-    else:
-        tl.store(out, (acc / l_i[:, None]).to(O.dtype.element_ty),
-                 mask=row_ok[:, None] & dim_ok[None, :])
-    if BUG == 3:
-        lse = tl.log(l_i)
-    elif BUG == 4:
-        lse = m_i
-    else:
-        lse = m_i + tl.log(l_i)
-    tl.store(L + h * N + rows, lse, mask=row_ok)
+        m_new = tl.maximum(m, tl.max(s, 1))
+        m_exp = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen no key
+        p = tl.exp(s - m_exp[:, None])
+        alpha = tl.exp(m - m_exp)  # rescales what was summed under the old max
+        l = alpha * l + tl.sum(p, 1)
+        acc = alpha[:, None] * acc + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+        m = m_new
+    l_out = tl.where(l == 0.0, 1.0, l)  # a row that saw no key writes zeros
+    tl.store(O + h * stride_qh + rows[:, None] * stride_qn + dims[None, :],
+             (acc / l_out[:, None]).to(O.dtype.element_ty), mask=q_mask)
+    tl.store(L + h * N + rows, m + tl.log(l), mask=rows < N)
 
 
 # ---------------------------------------------------------------------------------------
@@ -248,120 +127,144 @@ def forward_kernel(Q, K, V, O, L, stride_qh, stride_qn, stride_kh, stride_kn, N,
 @triton.jit
 def dkdv_kernel(Q, K, V, dO, L, D, dK, dV, stride_qh, stride_qn, stride_kh, stride_kn, N, M,
                 d, scale, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                BLOCK_D: tl.constexpr, BUG: tl.constexpr = 0):
-    """``dK`` and ``dV`` of one tile of ``BLOCK_N`` keys of head ``program_id(1)``, walking the
-    query tiles and rebuilding ``P = exp(scale Q K^T - L)``. Mistakes: 1 without D, 2 the
-    scale missing when P is rebuilt, 3 dK without its scale, 4 the causal mask missing,
-    5 every query tile visited, 6 P not transposed in dV, 7 an unmasked store, 8 CAUSAL
-    ignored."""
-    start_n = tl.program_id(0)
+                BLOCK_D: tl.constexpr):
     h = tl.program_id(1).to(tl.int64)
-    keys = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    keys = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     dims = tl.arange(0, BLOCK_D)
-    key_ok, dim_ok = keys < M, dims < d
-    kv_mask = key_ok[:, None] & dim_ok[None, :]
-    kv = h * stride_kh + keys[:, None] * stride_kn + dims[None, :]
-    k = tl.load(K + kv, mask=kv_mask, other=0.0)
-    v = tl.load(V + kv, mask=kv_mask, other=0.0)
+    kv_mask = (keys[:, None] < M) & (dims[None, :] < d)
+    at = h * stride_kh + keys[:, None] * stride_kn + dims[None, :]
+    k = tl.load(K + at, mask=kv_mask, other=0.0)
+    v = tl.load(V + at, mask=kv_mask, other=0.0)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     first = 0
-    if CAUSAL and BUG != 8 and BUG != 5:  # the first query tile that sees any of these keys
-        first = tl.maximum(0, start_n * BLOCK_N - (M - N)) // BLOCK_M * BLOCK_M
+    if CAUSAL:  # the query tile of the first query that sees any of these keys
+        first = tl.maximum(0, tl.program_id(0) * BLOCK_N - (M - N)) // BLOCK_M * BLOCK_M
     for start_m in range(first, N, BLOCK_M):
         rows = start_m + tl.arange(0, BLOCK_M)
-        row_ok = rows < N
-        qd = h * stride_qh + rows[:, None] * stride_qn + dims[None, :]
-        q = tl.load(Q + qd, mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
-        do = tl.load(dO + qd, mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
-        lse = tl.load(L + h * N + rows, mask=row_ok, other=0.0)
-        delta = tl.load(D + h * N + rows, mask=row_ok, other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision="ieee")
-        if BUG != 2:
-            s = s * scale
-        keep = row_ok[:, None] & key_ok[None, :]
-        if CAUSAL and BUG != 8 and BUG != 4:
-            keep = keep & (keys[None, :] <= rows[:, None] + (M - N))
+        q_mask = (rows[:, None] < N) & (dims[None, :] < d)
+        qa = h * stride_qh + rows[:, None] * stride_qn + dims[None, :]
+        q = tl.load(Q + qa, mask=q_mask, other=0.0)
+        do = tl.load(dO + qa, mask=q_mask, other=0.0)
+        lse = tl.load(L + h * N + rows, mask=rows < N, other=0.0)
+        delta = tl.load(D + h * N + rows, mask=rows < N, other=0.0)
+        keep = (rows[:, None] < N) & (keys[None, :] < M)
+        if CAUSAL:
+            keep = keep & (keys[None, :] <= rows[:, None] + M - N)
+        s = scale * tl.dot(q, tl.trans(k), input_precision="ieee")
         p = tl.where(keep, tl.exp(s - lse[:, None]), 0.0)
-        if BUG == 6:
-            dv += tl.dot(p.to(do.dtype), do, input_precision="ieee")
-        else:
-            dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision="ieee")
-        dp = tl.dot(do, tl.trans(v), input_precision="ieee")
-        if BUG == 1:
-            ds = p * dp
-        else:
-            ds = p * (dp - delta[:, None])
-        if BUG == 3:
-            dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision="ieee")
-        else:
-            dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision="ieee") * scale
-    if BUG == 7:
-        tl.store(dK + kv, dk.to(dK.dtype.element_ty))
-        tl.store(dV + kv, dv.to(dV.dtype.element_ty))
-    else:
-        tl.store(dK + kv, dk.to(dK.dtype.element_ty), mask=kv_mask)
-        tl.store(dV + kv, dv.to(dV.dtype.element_ty), mask=kv_mask)
+        dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision="ieee")
+        ds = p * (tl.dot(do, tl.trans(v), input_precision="ieee") - delta[:, None])
+        dk += scale * tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision="ieee")
+    tl.store(dK + at, dk.to(dK.dtype.element_ty), mask=kv_mask)
+    tl.store(dV + at, dv.to(dV.dtype.element_ty), mask=kv_mask)
 
 
 @triton.jit
 def dq_kernel(Q, K, V, dO, L, D, dQ, stride_qh, stride_qn, stride_kh, stride_kn, N, M, d,
               scale, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              BLOCK_D: tl.constexpr, BUG: tl.constexpr = 0):
-    """``dQ`` of one tile of ``BLOCK_M`` query rows of head ``program_id(1)``, walking the key
-    tiles. Mistakes: 1 without D, 2 the scale missing when P is rebuilt, 3 dQ without its
-    scale, 4 the causal mask missing, 5 the causal stop counted in key blocks, 6 every key
-    tile visited, 7 an unmasked store, 8 CAUSAL ignored."""
+              BLOCK_D: tl.constexpr):
     start_m = tl.program_id(0)
     h = tl.program_id(1).to(tl.int64)
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_N)
     dims = tl.arange(0, BLOCK_D)
-    row_ok, dim_ok = rows < N, dims < d
-    q_mask = row_ok[:, None] & dim_ok[None, :]
-    qd = h * stride_qh + rows[:, None] * stride_qn + dims[None, :]
-    q = tl.load(Q + qd, mask=q_mask, other=0.0)
-    do = tl.load(dO + qd, mask=q_mask, other=0.0)
-    lse = tl.load(L + h * N + rows, mask=row_ok, other=0.0)
-    delta = tl.load(D + h * N + rows, mask=row_ok, other=0.0)
+    q_mask = (rows[:, None] < N) & (dims[None, :] < d)
+    qa = h * stride_qh + rows[:, None] * stride_qn + dims[None, :]
+    q = tl.load(Q + qa, mask=q_mask, other=0.0)
+    do = tl.load(dO + qa, mask=q_mask, other=0.0)
+    lse = tl.load(L + h * N + rows, mask=rows < N, other=0.0)
+    delta = tl.load(D + h * N + rows, mask=rows < N, other=0.0)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     stop = M
-    if CAUSAL and BUG != 8 and BUG != 6:
-        if BUG == 5:
-            stop = tl.minimum(M, (start_m + 1) * BLOCK_N + (M - N))
-        else:
-            stop = tl.minimum(M, (start_m + 1) * BLOCK_M + (M - N))
+    if CAUSAL:
+        stop = tl.minimum(M, (start_m + 1) * BLOCK_M + M - N)
     for start_n in range(0, stop, BLOCK_N):
-        keys = start_n + cols
-        key_ok = keys < M
-        kv = h * stride_kh + keys[:, None] * stride_kn + dims[None, :]
-        k = tl.load(K + kv, mask=key_ok[:, None] & dim_ok[None, :], other=0.0)
-        v = tl.load(V + kv, mask=key_ok[:, None] & dim_ok[None, :], other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision="ieee")
-        if BUG != 2:
-            s = s * scale
-        keep = row_ok[:, None] & key_ok[None, :]
-        if CAUSAL and BUG != 8 and BUG != 4:
-            keep = keep & (keys[None, :] <= rows[:, None] + (M - N))
+        keys = start_n + tl.arange(0, BLOCK_N)
+        kv_mask = (keys[:, None] < M) & (dims[None, :] < d)
+        at = h * stride_kh + keys[:, None] * stride_kn + dims[None, :]
+        k = tl.load(K + at, mask=kv_mask, other=0.0)
+        v = tl.load(V + at, mask=kv_mask, other=0.0)
+        keep = (rows[:, None] < N) & (keys[None, :] < M)
+        if CAUSAL:
+            keep = keep & (keys[None, :] <= rows[:, None] + M - N)
+        s = scale * tl.dot(q, tl.trans(k), input_precision="ieee")
         p = tl.where(keep, tl.exp(s - lse[:, None]), 0.0)
-        dp = tl.dot(do, tl.trans(v), input_precision="ieee")
-        if BUG == 1:
-            ds = p * dp
-        else:
-            ds = p * (dp - delta[:, None])
-        if BUG == 3:
-            dq += tl.dot(ds.to(k.dtype), k, input_precision="ieee")
-        else:
-            dq += tl.dot(ds.to(k.dtype), k, input_precision="ieee") * scale
-    if BUG == 7:
-        tl.store(dQ + qd, dq.to(dQ.dtype.element_ty))
-    else:
-        tl.store(dQ + qd, dq.to(dQ.dtype.element_ty), mask=q_mask)
+        ds = p * (tl.dot(do, tl.trans(v), input_precision="ieee") - delta[:, None])
+        dq += scale * tl.dot(ds.to(k.dtype), k, input_precision="ieee")
+    tl.store(dQ + qa, dq.to(dQ.dtype.element_ty), mask=q_mask)
 
 
 # ---------------------------------------------------------------------------------------
-# Launching the attention kernels
+# A mistake: the kernel's source, edited
 # ---------------------------------------------------------------------------------------
+
+Edit = tuple[str, str]
+"""``(old, new)``: every occurrence of the text ``old`` in a kernel's source becomes ``new``."""
+
+_PATCHED: dict[tuple[str, tuple[Edit, ...]], object] = {}
+
+
+def patched(kernel, edits: Sequence[Edit], name: str = "kernel"):
+    """``kernel`` with ``edits`` applied to its source, compiled as a kernel of its own.
+
+    Each edit replaces every occurrence of its text and must change something. The source
+    is registered with :mod:`linecache` under a name of its own, so that Triton (which
+    reads a kernel's source), tracebacks and :func:`inspect.getsource` find it. Built once
+    per kernel and edits.
+
+    Raises:
+        ValueError: an edit's text does not occur in the source.
+    """
+    key = (kernel.fn.__qualname__, tuple(edits))
+    if key in _PATCHED:
+        return _PATCHED[key]
+    src = textwrap.dedent(inspect.getsource(kernel.fn))
+    for old, new in edits:
+        if old not in src:
+            raise ValueError(f"the edit {old!r} -> {new!r} finds nothing in "
+                             f"{kernel.fn.__name__}'s source")
+        src = src.replace(old, new)
+    filename = f"<lesson 13 mistake {len(_PATCHED)}: {name}>"
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+    namespace = {"triton": triton, "tl": tl}
+    exec(compile(src, filename, "exec"), namespace)
+    _PATCHED[key] = namespace[kernel.fn.__name__]
+    return _PATCHED[key]
+
+
+def is_patched(fn: object) -> bool:
+    """Whether ``fn`` is a kernel :func:`patched` built (a catalogued mistake)."""
+    return any(fn is built for built in _PATCHED.values())
+
+
+# ---------------------------------------------------------------------------------------
+# Launching the kernels
+# ---------------------------------------------------------------------------------------
+
+
+def run_softmax(kernel, x: torch.Tensor, *, pad: int = 3) -> torch.Tensor:
+    """``kernel`` on the rows of ``x`` (rows, n), laid out with ``pad`` numbers after each row."""
+    rows, n = x.shape
+    X = Guarded("X", (rows, n), dtype=x.dtype, device=x.device, data=x, pad_cols=pad)
+    Y = Guarded("Y", (rows, n), dtype=x.dtype, device=x.device, pad_cols=pad)
+    launch(kernel, (rows,), (X.view, Y.view, X.stride_r, n),
+           {"BLOCK": triton.next_power_of_2(n)}, (X, Y))
+    return Y.result()
+
+
+def run_matmul(kernel, a: torch.Tensor, b: torch.Tensor, blocks: tuple[int, int, int], *,
+               tf32: bool = True):
+    """``kernel`` on ``a (M, K)`` and ``b (K, N)`` in padded layouts (three row strides that
+    all differ from the row lengths); returns ``(C, watch)``, ``C (M, N)``."""
+    (M, K), N = a.shape, b.shape[1]
+    A = Guarded("A", (M, K), dtype=a.dtype, device=a.device, data=a, pad_cols=3)
+    B = Guarded("B", (K, N), dtype=b.dtype, device=b.device, data=b, pad_cols=5)
+    C = Guarded("C", (M, N), dtype=a.dtype, device=a.device, pad_cols=2)
+    bm, bn, bk = blocks
+    watch = launch(kernel, (cdiv(M, bm), cdiv(N, bn)),
+                   (A.view, B.view, C.view, M, N, K, A.stride_r, B.stride_r, C.stride_r),
+                   {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}, (A, B, C), tf32=tf32)
+    return C.result(), watch
 
 # The checks' layouts: Q's rows (and O's, dO's, dQ's) padded by 3 numbers with 2 rows between
 # heads, K's (and V's, dK's, dV's) by 5 with 1, so that no stride equals a row length, and
@@ -402,15 +305,16 @@ def _layout(inputs: dict[str, torch.Tensor], outputs: dict[str, tuple], guarded:
     return _Layout(tensors, tuple(guards), (*q_strides, *k_strides))
 
 
-def _meta(causal, block_m, block_n, d, extra):
+def _meta(causal, block_m, block_n, d):
     return {"CAUSAL": bool(causal), "BLOCK_M": block_m, "BLOCK_N": block_n,
-            "BLOCK_D": triton.next_power_of_2(d), **extra}
+            "BLOCK_D": triton.next_power_of_2(d)}
 
 
-def run_forward(fn, Q, K, V, *, scale, causal, block_m, block_n, guarded=True):
-    """``fn`` as the forward kernel on ``Q (heads, N, d)``, ``K, V (heads, M, d)``: returns
-    ``(O, L, watch)``, watch the record of the loads (None unless interpreted and guarded)."""
-    kernel, extra = _unpack(fn)
+def run_forward(kernel, Q, K, V, *, scale, causal, block_m, block_n, guarded=True, tf32=True,
+                far_heads=False):
+    """``kernel`` as the forward kernel on ``Q (heads, N, d)``, ``K, V (heads, M, d)``: returns
+    ``(O, L, watch)``, watch the record of the launch (None unless interpreted and guarded;
+    ``tf32`` and ``far_heads`` as in :func:`attnlib.exercises.triton_checks.launch`)."""
     heads, N, d = Q.shape
     M = K.shape[1]
     lay = _layout({"Q": Q, "K": K, "V": V},
@@ -418,13 +322,14 @@ def run_forward(fn, Q, K, V, *, scale, causal, block_m, block_n, guarded=True):
     t = lay.tensors
     watch = launch(kernel, (cdiv(N, block_m), heads),
                    (t["Q"], t["K"], t["V"], t["O"], t["L"], *lay.strides, N, M, d,
-                    float(scale)), _meta(causal, block_m, block_n, d, extra), lay.guards)
+                    float(scale)), _meta(causal, block_m, block_n, d), lay.guards,
+                   tf32=tf32, far_heads=far_heads)
     return t["O"].clone(), t["L"].clone(), watch
 
 
-def run_dkdv(fn, Q, K, V, dO, L, D, *, scale, causal, block_m, block_n, guarded=True):
-    """``fn`` as the dK/dV kernel: returns ``(dK, dV, watch)``."""
-    kernel, extra = _unpack(fn)
+def run_dkdv(kernel, Q, K, V, dO, L, D, *, scale, causal, block_m, block_n, guarded=True,
+             tf32=True, far_heads=False):
+    """``kernel`` as the dK/dV kernel: returns ``(dK, dV, watch)``."""
     heads, N, d = Q.shape
     M = K.shape[1]
     lay = _layout({"Q": Q, "K": K, "V": V, "dO": dO, "L": L, "D": D},
@@ -433,13 +338,14 @@ def run_dkdv(fn, Q, K, V, dO, L, D, *, scale, causal, block_m, block_n, guarded=
     watch = launch(kernel, (cdiv(M, block_n), heads),
                    (t["Q"], t["K"], t["V"], t["dO"], t["L"], t["D"], t["dK"], t["dV"],
                     *lay.strides, N, M, d, float(scale)),
-                   _meta(causal, block_m, block_n, d, extra), lay.guards)
+                   _meta(causal, block_m, block_n, d), lay.guards, tf32=tf32,
+                   far_heads=far_heads)
     return t["dK"].clone(), t["dV"].clone(), watch
 
 
-def run_dq(fn, Q, K, V, dO, L, D, *, scale, causal, block_m, block_n, guarded=True):
-    """``fn`` as the dQ kernel: returns ``(dQ, watch)``."""
-    kernel, extra = _unpack(fn)
+def run_dq(kernel, Q, K, V, dO, L, D, *, scale, causal, block_m, block_n, guarded=True,
+           tf32=True, far_heads=False):
+    """``kernel`` as the dQ kernel: returns ``(dQ, watch)``."""
     heads, N, d = Q.shape
     M = K.shape[1]
     lay = _layout({"Q": Q, "K": K, "V": V, "dO": dO, "L": L, "D": D},
@@ -448,7 +354,8 @@ def run_dq(fn, Q, K, V, dO, L, D, *, scale, causal, block_m, block_n, guarded=Tr
     watch = launch(kernel, (cdiv(N, block_m), heads),
                    (t["Q"], t["K"], t["V"], t["dO"], t["L"], t["D"], t["dQ"],
                     *lay.strides, N, M, d, float(scale)),
-                   _meta(causal, block_m, block_n, d, extra), lay.guards)
+                   _meta(causal, block_m, block_n, d), lay.guards, tf32=tf32,
+                   far_heads=far_heads)
     return t["dQ"].clone(), watch
 
 
@@ -459,29 +366,34 @@ def run_dq(fn, Q, K, V, dO, L, D, *, scale, causal, block_m, block_n, guarded=Tr
 
 def unskipped_query_tiles(watch, N: int, M: int, block_m: int, block_n: int,
                           tensor: str = "K") -> str | None:
-    """For a forward or dQ launch (one program per query tile): the first program that
-    loaded key rows from a tile wholly in the future of all its queries, in words."""
-    for (tile, h, _), rows in sorted(watch.loads[tensor].items()):
+    """For a forward or dQ launch (one program per query tile): the first program whose
+    loads addressed key rows (masked or not) of a tile wholly in the future of all its
+    queries, in words."""
+    for (tile, h, _), pairs in sorted(watch.addressed[tensor].items()):
+        rows = {r for head, r in pairs if head == h}  # a masked lane may reach the next head
         last_query = min(N, (tile + 1) * block_m) - 1
         last_key = last_query + (M - N)  # the last key any query of the tile sees
         needed = (last_key // block_n + 1) * block_n - 1  # the end of that key's tile
         if rows and max(rows) > needed:
             return (f"the program of query tile {tile} (rows {tile * block_m} to "
-                    f"{last_query}) of head {h} loaded {tensor} up to row {max(rows)}, "
-                    f"though none of its queries sees a key past {last_key}")
+                    f"{last_query}) of head {h} addressed {tensor} up to row {max(rows)} "
+                    f"(loads issued, masked or not), though none of its queries sees a key "
+                    f"past {last_key}")
     return None
 
 
 def unskipped_key_tiles(watch, N: int, M: int, block_m: int, block_n: int) -> str | None:
-    """For a dK/dV launch (one program per key tile): the first program that loaded query
-    rows from a tile none of whose queries sees any of its keys, in words."""
-    for (tile, h, _), rows in sorted(watch.loads["Q"].items()):
+    """For a dK/dV launch (one program per key tile): the first program whose loads
+    addressed query rows (masked or not) of a tile none of whose queries sees any of its
+    keys, in words."""
+    for (tile, h, _), pairs in sorted(watch.addressed["Q"].items()):
+        rows = {r for head, r in pairs if head == h}  # a masked lane may reach the next head
         first_query = max(0, tile * block_n - (M - N))  # the first query that sees the tile
         needed = first_query // block_m * block_m
         if rows and min(rows) < needed:
             return (f"the program of key tile {tile} (keys {tile * block_n} onwards) of head "
-                    f"{h} loaded Q from row {min(rows)}, though no query before row "
-                    f"{first_query} sees its keys")
+                    f"{h} addressed Q from row {min(rows)} (loads issued, masked or not), "
+                    f"though no query before row {first_query} sees its keys")
     return None
 
 
@@ -562,7 +474,7 @@ def reader_flash_attention(forward=None, dkdv=None, dq=None):
 
     def attend(Q, K, V, causal: bool = False, scale: float | None = None,
                block_m: int = 16, block_n: int = 16) -> torch.Tensor:
-        s = check_qkv(Q, K, V, scale)
+        s = check_grouped_qkv(Q, K, V, scale)
         if Q.dim() != 4:
             raise ValueError(f"Q must have 4 dimensions (B, H, N, d); got shape "
                              f"{tuple(Q.shape)}")

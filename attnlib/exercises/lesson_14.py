@@ -295,20 +295,33 @@ def _sample() -> Implementation:
 _split, _merge = _heads.split_heads, _heads.merge_heads
 
 
-def _layer(seed, *, d=16, H=4, G=2, d_head=4, d_ff=24, rope_base=10000.0, eps=1e-6):
+def _layer(seed, *, d=16, H=4, G=2, d_head=4, d_ff=24, rope_base=10000.0, attn_eps=1e-6,
+           ffn_eps=1e-6):
     """A block's weights, seeded, with gains away from 1 so that a missing gain shows."""
     W = [_f64(*shape, seed=seed + k, scale=shape[0] ** -0.5) for k, shape in enumerate(
         [(d, H * d_head), (d, G * d_head), (d, G * d_head), (H * d_head, d),
          (d, d_ff), (d, d_ff), (d_ff, d)])]
     g1, g2 = (1 + _f64(d, seed=seed + k, scale=0.3) for k in (10, 11))
-    return _assemble.Layer(g1, eps, W[0], W[1], W[2], W[3], H, G, rope_base, g2, eps,
+    return _assemble.Layer(g1, attn_eps, W[0], W[1], W[2], W[3], H, G, rope_base, g2, ffn_eps,
                            W[4], W[5], W[6])
 
 
+def _layer_text(layer) -> str:
+    d_head = layer.W_Q.shape[1] // layer.H
+    base = "no RoPE" if layer.rope_base is None else f"RoPE base {layer.rope_base:g}"
+    return (f"H = {layer.H}, G = {layer.G}, d_head = {d_head} (d / H = "
+            f"{layer.W_Q.shape[0] // layer.H}), {base}, eps {layer.attn_eps:g} and "
+            f"{layer.ffn_eps:g}")
+
+
 def _wrong_block(rope_v=False, attn_residual=True, ffn_residual=True, post_norm=False,
-                 offset=True, rope_k=True, one_gain=False):
+                 offset=True, rope_k=True, one_gain=False, eps=None, one_eps=False, base=None):
     def block(x, layer, pieces, cache, start):
-        L = layer
+        L = layer._replace(
+            attn_eps=eps if eps is not None else layer.attn_eps,
+            ffn_eps=eps if eps is not None else layer.attn_eps if one_eps else layer.ffn_eps,
+            rope_base=base if base is not None and layer.rope_base is not None
+            else layer.rope_base)
         h = x if post_norm else pieces.rms_norm(x, L.attn_g, L.attn_eps)
         Q, K, V = (_split(h @ W, n) for W, n in
                    ((L.W_Q, L.H), (L.W_K, L.G), (L.W_V, L.G)))
@@ -363,14 +376,16 @@ def _block_case(name, layer, x, chunks):
             start += n
         return tuple(outs)
 
-    return Case(name, run, f"x {tuple(x.shape)}, H = {layer.H}, G = {layer.G}"
+    return Case(name, run, f"x {tuple(x.shape)}, {_layer_text(layer)}"
                 + ("" if chunks is None else f", read as {list(chunks)} tokens"))
 
 
 @implementation("14.9")
 def _block() -> Implementation:
     """One pre-norm block: attention sublayer, then feed-forward, each with its residual."""
-    gqa, plain = _layer(50), _layer(70, G=4, rope_base=None)
+    # d_head = 6 while d / H = 4; eps and the RoPE base away from Llama's, each norm its own
+    gqa = _layer(50, d_head=6, rope_base=500.0, attn_eps=1e-5, ffn_eps=1e-3)
+    plain = _layer(70, G=4, rope_base=None, attn_eps=1e-2, ffn_eps=1e-4)
     x = _f64(2, 5, 16, seed=60)
     return Implementation(
         "a function block(x, layer, pieces, cache, start) returning the new x",
@@ -400,14 +415,24 @@ def _block() -> Implementation:
                  "them by torch.arange(start, start + n), not from 0."),
          Mistake(_wrong_block(one_gain=True),
                  "each sublayer has its own norm: the feed-forward reads "
-                 "rms_norm(x, layer.ffn_g, layer.ffn_eps), not the attention's gains.")))
+                 "rms_norm(x, layer.ffn_g, layer.ffn_eps), not the attention's gains."),
+         Mistake(_wrong_block(eps=1e-6),
+                 "read each norm's eps from the layer, layer.attn_eps and layer.ffn_eps: the "
+                 "check's layers do not use 1e-6, and their two norms differ."),
+         Mistake(_wrong_block(one_eps=True),
+                 "each sublayer's norm has its own eps: the feed-forward's is layer.ffn_eps, "
+                 "not the attention's layer.attn_eps."),
+         Mistake(_wrong_block(base=10000.0),
+                 "rotate by the layer's own base, layer.rope_base: the check's is not 10,000 "
+                 "(Llama 3's is 500,000).")))
 
 
-def _weights(seed, *, tied, V=13, d=16, n_layers=2):
+def _weights(seed, *, tied, layers, final_eps, V=13, d=16):
+    """A model's weights: ``layers`` gives each layer's options to :func:`_layer`."""
     E = _f64(V, d, seed=seed)
-    layers = tuple(_layer(seed + 100 * (i + 1)) for i in range(n_layers))
+    blocks = tuple(_layer(seed + 100 * (i + 1), **kw) for i, kw in enumerate(layers))
     W_out = None if tied else _f64(d, V, seed=seed + 1, scale=0.25)
-    return _assemble.Weights(E, layers, 1 + _f64(d, seed=seed + 2, scale=0.3), 1e-6, W_out)
+    return _assemble.Weights(E, blocks, 1 + _f64(d, seed=seed + 2, scale=0.3), final_eps, W_out)
 
 
 def _forward_case(name, weights, ids, chunks):
@@ -421,12 +446,15 @@ def _forward_case(name, weights, ids, chunks):
             start += n
         return tuple(outs)
 
-    return Case(name, run, f"ids {tuple(ids.shape)}, {len(weights.layers)} layers, "
+    layers = "; ".join(f"layer {i}: {_layer_text(L)}" for i, L in enumerate(weights.layers))
+    return Case(name, run, f"ids {tuple(ids.shape)}, {len(weights.layers)} layers ({layers}), "
+                f"final eps {weights.final_eps:g}, "
                 f"{'tied' if weights.W_out is None else 'untied'} head"
                 + ("" if chunks is None else f", read as {list(chunks)} tokens"))
 
 
-def _wrong_forward(final_norm=True, head="right", offset=True, caches_used="each"):
+def _wrong_forward(final_norm=True, head="right", offset=True, caches_used="each",
+                   final_eps=None):
     def forward(ids, weights, pieces, caches):
         start = 0 if caches is None or not offset else caches[0].n_tokens
         x = pieces.embed(weights.E, ids)
@@ -435,7 +463,8 @@ def _wrong_forward(final_norm=True, head="right", offset=True, caches_used="each
                 caches[0] if caches_used == "first" else caches[i]
             x = pieces.block(x, layer, pieces, cache, start)
         if final_norm:
-            x = pieces.rms_norm(x, weights.final_g, weights.final_eps)
+            x = pieces.rms_norm(x, weights.final_g,
+                                weights.final_eps if final_eps is None else final_eps)
         W_out = {"right": weights.E.mT if weights.W_out is None else weights.W_out,
                  "always E": weights.E.mT, "always W_out": weights.W_out}[head]
         return x @ W_out
@@ -445,7 +474,13 @@ def _wrong_forward(final_norm=True, head="right", offset=True, caches_used="each
 @implementation("14.10")
 def _forward() -> Implementation:
     """The decoder's forward: embed, the blocks, the final norm and the head."""
-    untied, tied = _weights(200, tied=False), _weights(300, tied=True)
+    # three layers, each with its own eps and RoPE base, and a final eps of its own
+    untied = _weights(200, tied=False, final_eps=1e-3, layers=[
+        dict(rope_base=500.0, attn_eps=1e-5, ffn_eps=1e-3),
+        dict(rope_base=10000.0, attn_eps=1e-4, ffn_eps=1e-6),
+        dict(rope_base=2e5, d_head=6, attn_eps=1e-2, ffn_eps=1e-5)])
+    tied = _weights(300, tied=True, final_eps=1e-4, layers=[
+        dict(rope_base=1e6, attn_eps=1e-6, ffn_eps=1e-2), dict(G=4, rope_base=None)])
     ids = torch.tensor([[3, 0, 12, 7, 7], [1, 5, 2, 9, 4]])
     return Implementation(
         "a function forward(ids, weights, pieces, caches) returning (B, N, V) logits",
@@ -471,7 +506,10 @@ def _forward() -> Implementation:
                  "itself alone."),
          Mistake(_wrong_forward(caches_used="first"),
                  "each layer has its own keys and values: block i takes caches[i], not "
-                 "caches[0].")))
+                 "caches[0]."),
+         Mistake(_wrong_forward(final_eps=1e-6),
+                 "the final norm reads its eps from the weights, weights.final_eps: the "
+                 "check's is not 1e-6.")))
 
 
 class _Config:
@@ -498,17 +536,18 @@ _LAYER_FIELDS = ("attn_g", "attn_eps", "W_Q", "W_K", "W_V", "W_O", "H", "G", "ro
                  "ffn_g", "ffn_eps", "W_gate", "W_up", "W_down")
 _OUTPUT_NAMES = ("E", "final_g", "final_eps", "the head (W_out, or E^T when W_out is None)",
                  "whether W_out is None (a tied head)",
-                 *(f"layers[{i}].{f}" for i in range(2) for f in _LAYER_FIELDS))
+                 *(f"layers[{i}].{f}" for i in range(3) for f in _LAYER_FIELDS))
 
 
-def _flat(weights):
+def _flat(weights, config):
     if not isinstance(weights, _assemble.Weights):
         raise CheckFailedError(f"load_llama returned a {type(weights).__name__}: return "
                                "attnlib.models.assemble.Weights(E, layers, final_g, final_eps, "
                                "W_out)")
-    if len(weights.layers) != 2:
-        raise CheckFailedError(f"the config has 2 layers; the weights hold "
-                               f"{len(weights.layers)}")
+    n = config.num_hidden_layers
+    if len(weights.layers) != n:
+        raise CheckFailedError(f"the config has {n} layers (config.num_hidden_layers); the "
+                               f"weights hold {len(weights.layers)}")
 
     def t(v):
         return v if isinstance(v, torch.Tensor) else torch.tensor(
@@ -543,15 +582,24 @@ def _as_stored(weights, state_dict):
                 f"from the right, x @ W, so transpose it: {key}.T")
 
 
+def _config_text(config) -> str:
+    H, d = config.num_attention_heads, config.hidden_size
+    return (f"{config.num_hidden_layers} layers, H = {H}, G = {config.num_key_value_heads}, "
+            f"head_dim = {config.head_dim} (hidden_size / H = {d // H}), rms_norm_eps = "
+            f"{config.rms_norm_eps:g}, rope_theta = "
+            f"{config.rope_parameters['rope_theta']:g}, tie_word_embeddings = "
+            f"{config.tie_word_embeddings}")
+
+
 def _load_case(name, config, state_dict):
     def run(fn):
         weights = fn({k: v.clone() for k, v in state_dict.items()}, config)
-        flat = _flat(weights)
+        flat = _flat(weights, config)
         _as_stored(weights, state_dict)
         return flat
-    return Case(name, run, f"H = {config.num_attention_heads}, G = "
-                f"{config.num_key_value_heads}, eps = {config.rms_norm_eps}, tied head: "
-                f"{config.tie_word_embeddings}")
+    keys = "with lm_head.weight" if "lm_head.weight" in state_dict else \
+        "without lm_head.weight"
+    return Case(name, run, f"{_config_text(config)}; the state dict {keys}")
 
 
 def _refuse_case(name, config, state_dict, key):
@@ -566,13 +614,14 @@ def _refuse_case(name, config, state_dict, key):
                                        f"{type(exc).__name__}: {exc}") from None
             return torch.tensor(True)
         raise CheckFailedError(f"the state dict does not fit the config ({name}), and "
-                               f"load_llama accepted it: check every key's shape against the "
-                               f"config and raise an error naming {key!r}")
-    return Case(name, run, "")
+                               f"load_llama accepted it: check every key the config asks for, "
+                               f"and its shape, and raise an error naming {key!r}")
+    return Case(name, run, _config_text(config))
 
 
 def _loader_mistake(transpose=True, swap_qk=False, swap_gate_up=False, swap_norms=False,
-                    G_from="num_key_value_heads", eps=None, head="right", validate=True):
+                    G_from="num_key_value_heads", eps=None, head="right", validate=True,
+                    base=None):
     def load(sd, config):
         if validate:  # the same refusals as attnlib's, then the mistaken mapping
             _assemble.load_llama(sd, config)
@@ -593,7 +642,8 @@ def _loader_mistake(transpose=True, swap_qk=False, swap_gate_up=False, swap_norm
                 n1, n2 = n2, n1
             layers.append(_assemble.Layer(
                 sd[n1], e, T(sd[q]), T(sd[k]), T(sd[p + "self_attn.v_proj.weight"]),
-                T(sd[p + "self_attn.o_proj.weight"]), H, G, config.rope_parameters["rope_theta"],
+                T(sd[p + "self_attn.o_proj.weight"]), H, G,
+                config.rope_parameters["rope_theta"] if base is None else base,
                 sd[n2], e,
                 T(sd[gate]), T(sd[up]), T(sd[p + "mlp.down_proj.weight"])))
         E = sd["model.embed_tokens.weight"]
@@ -601,6 +651,8 @@ def _loader_mistake(transpose=True, swap_qk=False, swap_gate_up=False, swap_norm
         W_out = {"right": lambda: None if tied else T(sd["lm_head.weight"]),
                  "always lm_head": lambda: T(sd["lm_head.weight"]),
                  "always tied": lambda: None,
+                 "lm_head when present": lambda: T(sd["lm_head.weight"])
+                 if "lm_head.weight" in sd else None,
                  "E^T when tied": lambda: E.T if tied else T(sd["lm_head.weight"])}[head]()
         return _assemble.Weights(E, tuple(layers), sd["model.norm.weight"], e, W_out)
     return load
@@ -634,6 +686,13 @@ _LOADER_MISTAKES = (
      "no longer follow E when E is trained."),
     (dict(head="always tied"),
      "this config does not tie the head: W_out is lm_head.weight transposed."),
+    (dict(head="lm_head when present"),
+     "the config ties the head (tie_word_embeddings): W_out is None even when the "
+     "checkpoint holds lm_head.weight too, as a tied model's state_dict() does (the same "
+     "tensor as the embedding); the config decides, not the keys."),
+    (dict(base=10000.0),
+     "read the RoPE base from the config, config.rope_parameters['rope_theta']: the check's "
+     "is not 10,000 (Llama 3's is 500,000)."),
 )
 """The loader's catalogue: each mistake both with attnlib's refusals of a state dict that
 does not fit and without, so that a loader that checks nothing still gets the hint."""
@@ -642,25 +701,34 @@ does not fit and without, so that a loader that checks nothing still gets the hi
 @implementation("14.11")
 def _loader() -> Implementation:
     """A Hugging Face LlamaForCausalLM state dict into the decoder's Weights."""
-    untied, tied = _Config(), _Config(tie_word_embeddings=True, rms_norm_eps=1e-5)
+    # head_dim 6 where hidden_size / H = 4, three layers, eps and the RoPE base away from
+    # their defaults; then a tied head, without lm_head.weight and with it
+    untied = _Config(num_hidden_layers=3, head_dim=6, rms_norm_eps=1e-5,
+                     rope_parameters={"rope_type": "default", "rope_theta": 500000.0})
+    tied = _Config(tie_word_embeddings=True, rms_norm_eps=1e-4)
     sd_untied, sd_tied = _state_dict(untied, 400), _state_dict(tied, 500)
+    sd_tied_head = dict(sd_tied, **{"lm_head.weight": sd_tied["model.embed_tokens.weight"]})
     wrong_k = dict(sd_untied)
     key_k = "model.layers.1.self_attn.k_proj.weight"
-    wrong_k[key_k] = _f64(16, 16, seed=9)  # as if G were 4: the config says 2
+    wrong_k[key_k] = _f64(24, 16, seed=9)  # as if G were 4: the config says 2
     missing = {k: v for k, v in sd_untied.items()
                if k != "model.layers.1.post_attention_layernorm.weight"}
+    two_layers = {k: v for k, v in sd_untied.items() if not k.startswith("model.layers.2.")}
     return Implementation(
         "a function load_llama(state_dict, config) returning attnlib.models.assemble.Weights",
         _assemble.load_llama,
-        [_load_case("H = 4, G = 2, an untied head", untied, sd_untied),
+        [_load_case("an untied head, head_dim not hidden_size / H", untied, sd_untied),
          _load_case("a tied head, the checkpoint without lm_head.weight", tied, sd_tied),
+         _load_case("a tied head, the checkpoint with lm_head.weight too (the embedding)",
+                    tied, sd_tied_head),
          _refuse_case("k_proj with 4 heads where the config says 2", untied, wrong_k, key_k),
          _refuse_case("post_attention_layernorm of layer 1 missing", untied, missing,
-                      "model.layers.1.post_attention_layernorm.weight")],
+                      "model.layers.1.post_attention_layernorm.weight"),
+         _refuse_case("layer 2 missing: the config has 3 layers, the checkpoint 2", untied,
+                      two_layers, "model.layers.2.")],
         tuple(Mistake(_loader_mistake(**kw, validate=validate), hint)
               for kw, hint in _LOADER_MISTAKES for validate in (True, False)),
         outputs=_OUTPUT_NAMES)
-
 
 
 def planted() -> dict[str, tuple[str, object]]:

@@ -37,12 +37,13 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import torch
 import triton
+import triton.language as tl
 
 import attnlib.kernels.triton_flash as _flash  # sets TRITON_INTERPRET before a kernel is made
 from attnlib.exercises.implement import CheckFailedError
 
 __all__ = ["GUARD", "UNWRITTEN", "CheckFailedError", "DotCount", "Guarded", "counted_dots",
-           "launch", "watched"]
+           "far_head", "launch", "to_tf32", "watched"]
 
 GUARD = 50.0
 """What the guard bands and the padding hold: a load that strays there reads 50s, which a
@@ -119,7 +120,13 @@ class Guarded:
         h, rest = divmod(off, self.stride_h)
         r, c = divmod(rest, self.stride_r)
         if h >= self.heads:
-            return f"{off - self.heads * self.stride_h + 1} numbers past {self.name}'s end"
+            if len(self.shape) == 1:
+                return f"{off - self.heads * self.stride_h + 1} numbers past {self.name}'s end"
+            h = self.heads - 1  # counted in rows of the last head, into the guard band
+            r, c = divmod(off - h * self.stride_h, self.stride_r)
+            head = f"head {h}, " if len(self.shape) == 3 else ""
+            return (f"{head}row {r}, column {c}, past its {self.rows} rows (the guard band "
+                    f"after {self.name})")
         head = f"head {h}, " if len(self.shape) == 3 else ""
         if len(self.shape) == 1:
             return f"index {off}, past its {self.cols} elements" if c >= self.cols else \
@@ -135,6 +142,10 @@ class Guarded:
     def rows_of(self, elements: np.ndarray) -> np.ndarray:
         """The (head-local) row of each element of the buffer given, for the watch's record."""
         return ((elements - self.before) % self.stride_h) // self.stride_r
+
+    def heads_of(self, elements: np.ndarray) -> np.ndarray:
+        """The head of each element of the buffer given."""
+        return (elements - self.before) // self.stride_h
 
     def result(self) -> torch.Tensor:
         """A copy of the output, after the checks of :func:`launch`."""
@@ -170,14 +181,20 @@ class Guarded:
 
 
 class _Watch:
-    """The addresses a launch may touch, and the rows each program loaded."""
+    """The addresses a launch may touch, the rows each program loaded and addressed, and the
+    float32 products it asked at TF32."""
 
     def __init__(self, tensors: Sequence[Guarded]) -> None:
         self.tensors = list(tensors)
         self.loads: dict[str, dict[tuple[int, int, int], set[int]]] = {
             g.name: {} for g in self.tensors}
+        self.addressed: dict[str, dict[tuple[int, int, int], set[tuple[int, int]]]] = {
+            g.name: {} for g in self.tensors}
+        self.tf32_dots = 0
 
     def check(self, ptrs: np.ndarray, mask: np.ndarray, store: bool, program) -> None:
+        if not store:
+            self._address(ptrs, program)
         active = ptrs[np.broadcast_to(mask, ptrs.shape)].astype(np.uint64).ravel()
         if active.size == 0:
             return
@@ -194,11 +211,13 @@ class _Watch:
             stray = ~g.inside[elements]
             if stray.any():
                 where = g.where(int(elements[stray][0]))
+                count = int(stray.sum())
                 rule = ("a store needs a mask that turns off the lanes past the end"
                         if store else "a load needs a mask (and other=) for the lanes past "
                         "the end, and each row starts at the row stride, not the row length")
                 raise CheckFailedError(f"the kernel {verb} {g.name} outside its elements, at "
-                                   f"{where}: {rule}")
+                                       f"{where} ({count} of the {active.size} active lanes "
+                                       f"of this {'store' if store else 'load'} do): {rule}")
             if store and not g.output:
                 raise CheckFailedError(f"the kernel stores into {g.name}, one of its inputs "
                                    f"({g.where(int(elements[0]))}): only the outputs are "
@@ -211,15 +230,57 @@ class _Watch:
                                "given (a pointer offset far off: the strides, the program's "
                                "base offset?); the check stopped it before it touched memory")
 
+    def _address(self, ptrs: np.ndarray, program) -> None:
+        """Record the (head, row) pairs a load addresses, every lane counted, masked or not:
+        a tile whose loads are all masked off was still visited. (A masked lane past a head's
+        last row may address the next head's first rows; the record keeps the head.)"""
+        lanes = np.asarray(ptrs).astype(np.uint64).ravel()
+        for g in self.tensors:
+            lo = g.buffer.data_ptr()
+            size = g.buffer.element_size()
+            mine = (lanes >= lo) & (lanes < lo + g.buffer.numel() * size)
+            if mine.any():
+                elements = ((lanes[mine] - lo) // size).astype(np.int64)
+                elements = elements[g.inside[elements]]
+                if elements.size:
+                    rows = self.addressed[g.name].setdefault(program, set())
+                    pairs = np.unique(np.stack((g.heads_of(elements), g.rows_of(elements))),
+                                      axis=1)
+                    rows.update(zip(pairs[0].tolist(), pairs[1].tolist(), strict=True))
+
+
+def to_tf32(x: np.ndarray) -> np.ndarray:
+    """float32 numbers rounded to TF32's 10 bits of mantissa (to nearest, ties away from
+    zero), as a GPU's tensor cores read float32 inputs at Triton's default precision."""
+    bits = np.asarray(x, dtype=np.float32).view(np.int32)
+    return ((bits + 0x1000) & -0x2000).view(np.float32)
+
 
 @contextlib.contextmanager
-def watched(tensors: Sequence[Guarded]) -> Iterator[_Watch]:
-    """Check every load and store of the interpreter against ``tensors`` while inside."""
+def _replaced(obj: object, name: str, value: object) -> Iterator[None]:
+    """``obj.name`` set to ``value`` while inside, then what it was (patches nest)."""
+    missing = object()
+    before = obj.__dict__.get(name, missing)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        if before is missing:
+            delattr(obj, name)
+        else:
+            setattr(obj, name, before)
+
+
+@contextlib.contextmanager
+def watched(tensors: Sequence[Guarded], *, tf32: bool = True) -> Iterator[_Watch]:
+    """Check every load and store of the interpreter against ``tensors`` while inside, and
+    (``tf32``) round the inputs of each float32 ``tl.dot`` that asks for TF32 as a GPU does."""
     from triton.runtime import interpreter
 
     builder = interpreter.interpreter_builder
     watch = _Watch(tensors)
-    load, store = builder.create_masked_load, builder.create_masked_store
+    load, store, dot = builder.create_masked_load, builder.create_masked_store, \
+        builder.create_dot
 
     def program():
         return tuple(int(i) for i in builder.grid_idx)
@@ -232,11 +293,63 @@ def watched(tensors: Sequence[Guarded]) -> Iterator[_Watch]:
         watch.check(ptrs.data, mask.data, True, program())
         return store(ptrs, value, mask, cache_policy)
 
-    builder.create_masked_load, builder.create_masked_store = checked_load, checked_store
-    try:
+    def gpu_dot(a, b, d, input_precision, max_num_imprecise_acc):
+        if a.dtype == tl.float32 and b.dtype == tl.float32 and \
+                getattr(input_precision, "name", "") == "TF32":
+            watch.tf32_dots += 1
+            if tf32:
+                a = interpreter.TensorHandle(to_tf32(a.data), a.dtype)
+                b = interpreter.TensorHandle(to_tf32(b.data), b.dtype)
+        return dot(a, b, d, input_precision, max_num_imprecise_acc)
+
+    with _replaced(builder, "create_masked_load", checked_load), \
+            _replaced(builder, "create_masked_store", checked_store), \
+            _replaced(builder, "create_dot", gpu_dot):
         yield watch
-    finally:
-        del builder.create_masked_load, builder.create_masked_store
+
+
+def far_head(tensors: Sequence[Guarded]) -> int:
+    """The head index that ``launch(..., far_heads=True)`` adds to grid axis 1: the least
+    for which ``h * stride_h`` passes ``2**31`` for every tensor with heads (3-D), while a
+    per-row tensor's ``h * N`` (``L`` and ``D``, 2-D) stays below it."""
+    heads3 = [g for g in tensors if len(g.shape) == 3]
+    if not heads3:
+        raise ValueError("far_heads needs tensors with a head axis, (heads, rows, cols)")
+    h0 = 2**31 // min(g.view.stride(0) for g in heads3) + 1
+    for g in tensors:
+        if len(g.shape) == 2 and (h0 + g.shape[0]) * g.view.stride(0) >= 2**31:
+            raise ValueError(f"far_heads: {g.name}'s rows of {g.view.stride(0)} would pass "
+                             "2**31 too; use tensors with more elements per head")
+    return h0
+
+
+@contextlib.contextmanager
+def _far_heads(tensors: Sequence[Guarded]) -> Iterator[int]:
+    """Inside: program_id(1) returns ``h + h0``, and each tensor of ``tensors`` reaches the
+    kernel as a pointer ``h0`` heads before its first element."""
+    from triton.runtime import interpreter
+
+    h0 = far_head(tensors)
+    shift = {g.view.data_ptr(): h0 * g.view.stride(0) * g.buffer.element_size()
+             for g in tensors}
+    builder = interpreter.interpreter_builder
+    program_id, convert = builder.create_get_program_id, interpreter._implicit_cvt
+
+    def far_program_id(axis):
+        handle = program_id(axis)
+        if axis == 1:
+            handle = interpreter.TensorHandle(handle.data + np.int32(h0), handle.dtype)
+        return handle
+
+    def lowered(arg):
+        out = convert(arg)
+        if hasattr(arg, "data_ptr") and arg.data_ptr() in shift:
+            out.handle.data = out.handle.data - np.uint64(shift[arg.data_ptr()])
+        return out
+
+    with _replaced(builder, "create_get_program_id", far_program_id), \
+            _replaced(interpreter, "_implicit_cvt", lowered):
+        yield h0
 
 
 class DotCount:
@@ -288,11 +401,8 @@ def counted_dots() -> Iterator[DotCount]:
         count.shapes.append((int(m), int(b.data.shape[-1]), int(k)))
         return dot(a, b, d, input_precision, max_num_imprecise_acc)
 
-    builder.create_dot = counting_dot
-    try:
+    with _replaced(builder, "create_dot", counting_dot):
         yield count
-    finally:
-        del builder.create_dot
 
 
 def is_kernel(fn: object) -> bool:
@@ -301,17 +411,23 @@ def is_kernel(fn: object) -> bool:
 
 
 def launch(kernel, grid: tuple[int, ...], args: Sequence[object], meta: dict,
-           tensors: Sequence[Guarded] = ()) -> _Watch | None:
+           tensors: Sequence[Guarded] = (), *, tf32: bool = True,
+           far_heads: bool = False) -> _Watch | None:
     """Run ``kernel[grid](*args, **meta)``, with every tensor of ``tensors`` checked.
 
-    In the interpreter the loads and stores are watched as they happen; compiled, the guard
-    bands are checked afterwards. An error inside the kernel is raised as itself (the
-    interpreter wraps it), so a check shows the reader's own line, and a stub whose body is
-    ``raise NotImplementedError`` counts as not implemented yet.
+    In the interpreter the loads and stores are watched as they happen, and a float32
+    ``tl.dot`` left at TF32 computes as a GPU's would (``tf32=False`` turns that off); with
+    ``far_heads`` the head index of grid axis 1 is raised past ``2**31 / stride_h``
+    (:func:`far_head`), every tensor of ``tensors`` being indexed by head along its first
+    axis. Compiled, the guard bands are checked afterwards, and neither emulation runs. An
+    error inside the kernel is raised as itself (the interpreter wraps it), so a check shows
+    the reader's own line, and a stub whose body is ``raise NotImplementedError`` counts as
+    not implemented yet.
 
     Returns:
-        The watch (its ``loads`` record which rows each program read) in the interpreter,
-        else None.
+        The watch (its ``loads`` and ``addressed`` record which rows each program read and
+        addressed, its ``tf32_dots`` the float32 products asked at TF32) in the
+        interpreter, else None.
 
     Raises:
         TypeError: ``kernel`` is a plain Python function.
@@ -324,7 +440,10 @@ def launch(kernel, grid: tuple[int, ...], args: Sequence[object], meta: dict,
     watch = None
     try:
         if _flash.interpreting() and tensors:
-            with watched(tensors) as watch:
+            with contextlib.ExitStack() as stack:
+                if far_heads:
+                    stack.enter_context(_far_heads(tensors))
+                watch = stack.enter_context(watched(tensors, tf32=tf32))
                 kernel[grid](*args, **meta)
         else:
             kernel[grid](*args, **meta)

@@ -7,8 +7,9 @@
                     grouped-query) behind ``flash_attention``                (13)
 
 Importing ``attnlib.kernels`` imports no Triton: ``attnlib.kernels.triton_flash`` does, on
-first use, and, when no CUDA device is present and ``TRITON_INTERPRET`` is unset, sets
-``TRITON_INTERPRET=1`` first, so that the kernels run on the CPU in Triton's interpreter.
+first use. Its kernels are compiled for a CUDA GPU, or run on the CPU in Triton's interpreter
+when ``TRITON_INTERPRET=1`` is in the environment as that module is first imported; attnlib
+never sets the variable (lessons 13 and 14 do, in a cell of their own).
 """
 
 from attnlib.kernels.backward import (

@@ -12,83 +12,89 @@ and, given ``dO`` (the gradient of the loss with respect to ``O``)::
     dQ = s dS K
     dK = s dS^T Q
 
-``attention_backward`` computes these with the N x N matrices ``P`` and ``dP`` whole.
-``tiled_forward`` is FlashAttention-2's forward: it keeps ``O`` and the row log-sum-exp
-``L = max + log(sum exp)`` and never an N x N matrix; ``tiled_backward`` rebuilds each tile of
-``P = exp(S - L)`` from ``L`` and accumulates ``dQ, dK, dV`` tile by tile.
+``attention_backward`` computes these with the N x M matrices ``P`` and ``dP`` whole.
+``tiled_forward`` is FlashAttention-2's forward: each block of query rows runs the online
+softmax of :func:`attnlib.analysis.flash.online_softmax` over the key blocks, keeping ``O``
+and the row log-sum-exp ``L = max + log(sum exp)`` and never an N x M matrix;
+``tiled_backward`` rebuilds each tile of ``P = exp(S - L)`` from ``L`` and accumulates
+``dQ, dK, dV`` tile by tile.
 
 Shapes: ``Q`` is ``(..., H, N, d)``, ``K`` and ``V`` are ``(..., G, M, d)`` with ``G``
 dividing ``H`` (grouped-query attention: query head ``h`` reads kv head ``h // (H // G)``).
 ``causal=True`` lets query ``i`` see keys ``j <= i + (M - N)`` (the queries are the last ``N``
-positions), as ``torch.nn.functional.scaled_dot_product_attention`` does for ``N == M``.
+positions, :func:`attnlib.core.masks.causal_mask`), as
+``torch.nn.functional.scaled_dot_product_attention`` does for ``N == M``.
+
+A row that sees no key (causal, ``N > M``: the first ``N - M`` queries) gives zeros, as
+:func:`attnlib.attention` does; its ``L`` is ``-inf``, and its weights rebuilt from ``L`` are
+zeros, so it adds nothing to any gradient and its own ``dQ`` is zero.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 
-from attnlib._checks import check_tensor
+from attnlib._checks import check_positive_float, check_positive_int, check_qkv, check_tensor
+from attnlib.analysis.flash import online_softmax
+from attnlib.core.heads import repeat_kv
+from attnlib.core.masks import causal_mask, query_positions
 
 
-def check_qkv(Q: object, K: object, V: object, scale: float | None) -> float:
-    """Q (..., H, N, d), K and V (..., G, M, d) with G dividing H; returns the scale."""
+def check_grouped_qkv(Q: object, K: object, V: object, scale: object) -> float:
+    """Q (..., H, N, d), K and V (..., G, M, d) with G dividing H; returns the scale.
+
+    The rules of every attention function (:func:`attnlib._checks.check_qkv`, on one head
+    each), then the grouped heads: K and V of one shape, Q's batch dimensions, G dividing H.
+    """
     for name, x in (("Q", Q), ("K", K), ("V", V)):
         check_tensor(name, x, min_dim=3)
+    check_qkv(*(x.narrow(-3, 0, 1) for x in (Q, K, V)))  # d, M, dtype and device
     if K.shape != V.shape:
         raise ValueError(f"K and V must have the same shape (..., G, M, d); got K "
                          f"{tuple(K.shape)} and V {tuple(V.shape)}")
-    if Q.shape[:-3] != K.shape[:-3] or Q.shape[-1] != K.shape[-1]:
+    if Q.shape[:-3] != K.shape[:-3]:
         raise ValueError(f"Q (..., H, N, d) and K (..., G, M, d) must share the batch "
-                         f"dimensions and d; got Q {tuple(Q.shape)} and K {tuple(K.shape)}")
+                         f"dimensions; got Q {tuple(Q.shape)} and K {tuple(K.shape)}")
     H, G = Q.shape[-3], K.shape[-3]
     if H % G != 0:
         raise ValueError(f"the kv heads G must divide the query heads H (Q (..., H, N, d), "
                          f"K (..., G, M, d)); got H={H}, G={G}")
-    if not (Q.dtype == K.dtype == V.dtype):
-        raise TypeError(f"Q, K and V must share a dtype; got {Q.dtype}, {K.dtype}, {V.dtype}")
-    if scale is None:
-        return 1.0 / math.sqrt(Q.shape[-1])
-    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not scale > 0:
-        raise ValueError(f"scale must be a positive number; got {scale!r}")
-    return float(scale)
+    return 1.0 / math.sqrt(Q.shape[-1]) if scale is None else check_positive_float("scale", scale)
 
 
-def _expand(K: torch.Tensor, H: int) -> torch.Tensor:
-    """Repeat each of K's G heads H // G times, so query head h meets kv head h // (H // G)."""
-    G = K.shape[-3]
-    return K if G == H else K.repeat_interleave(H // G, dim=-3)
+def attention_forward(Q, K, V, *, causal: bool = False, scale: float | None = None):
+    """Naive softmax attention; returns ``(O, P)`` with the whole N x M matrix ``P``.
+
+    Example:
+        >>> Q, K, V = torch.randn(3, 1, 4, 2).unbind(0)
+        >>> O, P = attention_forward(Q, K[..., :2, :], V[..., :2, :], causal=True)
+        >>> P[0, :2].sum().item()  # queries 0 and 1 see no key
+        0.0
+    """
+    s = check_grouped_qkv(Q, K, V, scale)
+    P = _weights(Q, K, causal, s)
+    return P @ repeat_kv(V, Q.shape[-3]), P
 
 
-def _fold(dK: torch.Tensor, G: int) -> torch.Tensor:
-    """Sum the gradients of the H // G query heads that share each kv head."""
-    H = dK.shape[-3]
-    if G == H:
-        return dK
-    return dK.unflatten(-3, (G, H // G)).sum(-3)
-
-
-def _causal_keep(N: int, M: int, device, rows=None, cols=None) -> torch.Tensor:
-    i = torch.arange(N, device=device) if rows is None else rows
-    j = torch.arange(M, device=device) if cols is None else cols
-    return j[None, :] <= i[:, None] + (M - N)
-
-
-def attention_forward(Q, K, V, *, causal: bool = False, scale: float | None = None,
-                      check: bool = True):
-    """Naive softmax attention; returns ``(O, P)`` with the whole N x M matrix ``P``."""
-    s = check_qkv(Q, K, V, scale) if check else (scale or 1.0 / math.sqrt(Q.shape[-1]))
-    H = Q.shape[-3]
-    S = s * Q @ _expand(K, H).transpose(-1, -2)
-    if causal:
-        S = S.masked_fill(~_causal_keep(Q.shape[-2], K.shape[-2], Q.device), float("-inf"))
-    P = torch.softmax(S, dim=-1)
-    return P @ _expand(V, H), P
+def _weights(Q, K, causal, s):
+    """``P = softmax(s Q K^T)``, masked; a row that sees no key is zeros, not softmax's NaN."""
+    N, M = Q.shape[-2], K.shape[-2]
+    S = s * Q @ repeat_kv(K, Q.shape[-3]).transpose(-1, -2)  # (..., H, N, M)
+    if not causal:
+        return torch.softmax(S, dim=-1)
+    S = S.masked_fill(~causal_mask(N, M, device=Q.device), float("-inf"))
+    if N <= M:
+        return torch.softmax(S, dim=-1)
+    # the first N - M queries sit before the first key (bottom-right): they see none
+    seen = torch.softmax(S[..., N - M:, :], dim=-1)
+    return torch.cat([torch.zeros_like(S[..., :N - M, :]), seen], dim=-2)
 
 
 def attention_backward(Q, K, V, O, dO, *, causal: bool = False, scale: float | None = None,
-                       P: torch.Tensor | None = None, check: bool = True):
+                       P: torch.Tensor | None = None):
     """The closed-form gradients ``(dQ, dK, dV)`` of softmax attention.
 
     Args:
@@ -110,17 +116,12 @@ def attention_backward(Q, K, V, O, dO, *, causal: bool = False, scale: float | N
         >>> torch.allclose(dV, P.transpose(-1, -2) @ torch.ones_like(O))
         True
     """
-    s = check_qkv(Q, K, V, scale) if check else (scale or 1.0 / math.sqrt(Q.shape[-1]))
-    if check:
-        for name, x in (("O", O), ("dO", dO)):
-            check_tensor(name, x, min_dim=3)
-            if x.shape != Q.shape:
-                raise ValueError(f"{name} must have Q's shape {tuple(Q.shape)}; "
-                                 f"got {tuple(x.shape)}")
+    s = check_grouped_qkv(Q, K, V, scale)
+    _check_like_q(Q, O=O, dO=dO)
     H, G = Q.shape[-3], K.shape[-3]
     if P is None:
-        _, P = attention_forward(Q, K, V, causal=causal, scale=s, check=False)
-    Ke, Ve = _expand(K, H), _expand(V, H)
+        P = _weights(Q, K, causal, s)
+    Ke, Ve = repeat_kv(K, H), repeat_kv(V, H)
     dV = P.transpose(-1, -2) @ dO
     dP = dO @ Ve.transpose(-1, -2)
     D = (dO * O).sum(-1, keepdim=True)
@@ -131,54 +132,42 @@ def attention_backward(Q, K, V, O, dO, *, causal: bool = False, scale: float | N
 
 
 def tiled_forward(Q, K, V, *, causal: bool = False, scale: float | None = None,
-                  block_m: int = 16, block_n: int = 16, check: bool = True, on_tile=None):
+                  block_m: int = 16, block_n: int = 16, on_tile=None):
     """FlashAttention-2's forward in torch: returns ``(O, L)``, L the row log-sum-exp.
 
     Each block of ``block_m`` query rows walks the key blocks of ``block_n`` keys with an
     online softmax (running max ``m``, running sum ``l``, unnormalised output); no N x M
-    matrix is ever made. ``L = m + log(l)`` is what the backward needs to rebuild ``P``.
-    Causal attention skips the key blocks wholly in a query block's future.
+    matrix is ever made. ``L = m + log(l)`` is what the backward needs to rebuild ``P``;
+    it is ``-inf`` for a row that sees no key, whose ``O`` is zeros. Causal attention skips
+    the key blocks wholly in a query block's future.
 
     ``on_tile``, when given, is called after each tile as ``on_tile(i0, j0, m, l, acc)``:
     the first query row and first key of the tile, and the running max, running sum and
     unnormalised accumulator of the query block after it (the loop's own tensors; copy
     them to keep them). Lesson 13's tile walk records the loop this way.
     """
-    s = check_qkv(Q, K, V, scale) if check else (scale or 1.0 / math.sqrt(Q.shape[-1]))
-    if check:
-        _check_blocks(block_m, block_n)
+    s = check_grouped_qkv(Q, K, V, scale)
+    _check_blocks(block_m, block_n)
+    return _tiled_forward(Q, K, V, causal, s, block_m, block_n, on_tile)
+
+
+def _tiled_forward(Q, K, V, causal, s, block_m, block_n, on_tile=None):
     H, N, M = Q.shape[-3], Q.shape[-2], K.shape[-2]
-    Ke, Ve = _expand(K, H), _expand(V, H)
-    O = torch.empty_like(Q)
-    L = Q.new_empty(Q.shape[:-1])
+    Ke, Ve = repeat_kv(K, H), repeat_kv(V, H)
+    positions = query_positions(N, M, device=Q.device)  # query i sits at i + M - N
+    O, L = [], []
     for i0 in range(0, N, block_m):
-        q = Q[..., i0:i0 + block_m, :]
-        rows = torch.arange(i0, i0 + q.shape[-2], device=Q.device)
-        m = q.new_full((*q.shape[:-1], 1), float("-inf"))
-        l = q.new_zeros((*q.shape[:-1], 1))
-        acc = torch.zeros_like(q)
-        stop = min(M, i0 + q.shape[-2] + (M - N)) if causal else M
-        for j0 in range(0, max(stop, 0), block_n):
-            k, v = Ke[..., j0:j0 + block_n, :], Ve[..., j0:j0 + block_n, :]
-            S = s * q @ k.transpose(-1, -2)
-            if causal:
-                cols = torch.arange(j0, j0 + k.shape[-2], device=Q.device)
-                S = S.masked_fill(~_causal_keep(N, M, Q.device, rows, cols), float("-inf"))
-            m_new = torch.maximum(m, S.amax(-1, keepdim=True))
-            p = torch.exp(S - m_new)
-            alpha = torch.exp(m - m_new)
-            l = alpha * l + p.sum(-1, keepdim=True)
-            acc = alpha * acc + p @ v
-            m = m_new
-            if on_tile is not None:
-                on_tile(i0, j0, m, l, acc)
-        O[..., i0:i0 + block_m, :] = acc / l
-        L[..., i0:i0 + block_m] = (m + torch.log(l)).squeeze(-1)
-    return O, L
+        o, lse = online_softmax(
+            Q[..., i0:i0 + block_m, :], Ke, Ve, scale=s, block_size=block_n,
+            positions=positions[i0:i0 + block_m] if causal else None,
+            on_tile=None if on_tile is None else functools.partial(on_tile, i0))
+        O.append(o)
+        L.append(lse)
+    return torch.cat(O, dim=-2).to(Q.dtype), torch.cat(L, dim=-1)
 
 
 def tiled_backward(Q, K, V, O, dO, L, *, causal: bool = False, scale: float | None = None,
-                   block_m: int = 16, block_n: int = 16, check: bool = True, on_tile=None):
+                   block_m: int = 16, block_n: int = 16, on_tile=None):
     """FlashAttention-2's backward in torch: ``(dQ, dK, dV)`` from O, dO and L alone.
 
     ``D = rowsum(dO * O)`` is computed once; then for each key block, each query block
@@ -187,26 +176,34 @@ def tiled_backward(Q, K, V, O, dO, L, *, causal: bool = False, scale: float | No
     the order of the dK/dV kernel (key blocks outside, each from the first query block that
     can see it); ``on_tile(i0, j0)``, when given, is called after each tile.
     """
-    s = check_qkv(Q, K, V, scale) if check else (scale or 1.0 / math.sqrt(Q.shape[-1]))
-    if check:
-        _check_blocks(block_m, block_n)
+    s = check_grouped_qkv(Q, K, V, scale)
+    _check_like_q(Q, O=O, dO=dO)
+    check_tensor("L", L, min_dim=2)
+    if L.shape != Q.shape[:-1]:
+        raise ValueError(f"L must have shape {tuple(Q.shape[:-1])} (one log-sum-exp per row "
+                         f"of Q); got {tuple(L.shape)}")
+    _check_blocks(block_m, block_n)
+    return _tiled_backward(Q, K, V, O, dO, L, causal, s, block_m, block_n, on_tile)
+
+
+def _tiled_backward(Q, K, V, O, dO, L, causal, s, block_m, block_n, on_tile=None):
     H, G, N, M = Q.shape[-3], K.shape[-3], Q.shape[-2], K.shape[-2]
-    Ke, Ve = _expand(K, H), _expand(V, H)
+    Ke, Ve = repeat_kv(K, H), repeat_kv(V, H)
+    positions = query_positions(N, M, device=Q.device)  # query i sits at i + M - N
     D = (dO * O).sum(-1)
     dQ = torch.zeros_like(Q)
     dK = torch.zeros_like(Ke)
     dV = torch.zeros_like(Ve)
     for j0 in range(0, M, block_n):
         k, v = Ke[..., j0:j0 + block_n, :], Ve[..., j0:j0 + block_n, :]
-        cols = torch.arange(j0, j0 + k.shape[-2], device=Q.device)
+        keys = torch.arange(j0, j0 + k.shape[-2], device=Q.device)
         first = max(0, j0 - (M - N)) // block_m * block_m if causal else 0
         for i0 in range(first, N, block_m):
             q, do = Q[..., i0:i0 + block_m, :], dO[..., i0:i0 + block_m, :]
-            S = s * q @ k.transpose(-1, -2)
-            if causal:
-                rows = torch.arange(i0, i0 + q.shape[-2], device=Q.device)
-                S = S.masked_fill(~_causal_keep(N, M, Q.device, rows, cols), float("-inf"))
-            P = torch.exp(S - L[..., i0:i0 + block_m, None])
+            S = s * q @ k.transpose(-1, -2) - L[..., i0:i0 + block_m, None]  # S - L <= 0
+            if causal:  # a hidden pair, and every pair of a row with no key, weighs 0
+                S = S.masked_fill(keys[None, :] > positions[i0:i0 + block_m, None], -math.inf)
+            P = torch.exp(S)
             dV[..., j0:j0 + block_n, :] += P.transpose(-1, -2) @ do
             dP = do @ v.transpose(-1, -2)
             dS = P * (dP - D[..., i0:i0 + block_m, None])
@@ -217,10 +214,22 @@ def tiled_backward(Q, K, V, O, dO, L, *, causal: bool = False, scale: float | No
     return dQ, _fold(dK, G), _fold(dV, G)
 
 
+def _fold(dK: torch.Tensor, G: int) -> torch.Tensor:
+    """Sum the gradients of the H // G query heads that share each kv head."""
+    H = dK.shape[-3]
+    return dK if G == H else dK.unflatten(-3, (G, H // G)).sum(-3)
+
+
+def _check_like_q(Q: torch.Tensor, **tensors: object) -> None:
+    for name, x in tensors.items():
+        check_tensor(name, x, min_dim=3)
+        if x.shape != Q.shape:
+            raise ValueError(f"{name} must have Q's shape {tuple(Q.shape)}; got {tuple(x.shape)}")
+
+
 def _check_blocks(block_m: object, block_n: object) -> None:
-    for name, b in (("block_m", block_m), ("block_n", block_n)):
-        if not isinstance(b, int) or isinstance(b, bool) or b < 1:
-            raise ValueError(f"{name} must be a positive int; got {b!r}")
+    check_positive_int("block_m", block_m)
+    check_positive_int("block_n", block_n)
 
 
 class FlashAttentionTorch(torch.autograd.Function):
@@ -238,10 +247,9 @@ class FlashAttentionTorch(torch.autograd.Function):
     @staticmethod
     def forward(ctx, Q, K, V, causal=False, scale=None, block_m=16, block_n=16):
         """``O`` by ``tiled_forward``; saves ``Q, K, V, O`` and the row log-sum-exp ``L``."""
-        s = check_qkv(Q, K, V, scale)
+        s = check_grouped_qkv(Q, K, V, scale)
         _check_blocks(block_m, block_n)
-        O, L = tiled_forward(Q, K, V, causal=causal, scale=s, block_m=block_m,
-                             block_n=block_n, check=False)
+        O, L = _tiled_forward(Q, K, V, causal, s, block_m, block_n)
         ctx.save_for_backward(Q, K, V, O, L)
         ctx.settings = (causal, s, block_m, block_n)
         return O
@@ -250,7 +258,5 @@ class FlashAttentionTorch(torch.autograd.Function):
     def backward(ctx, dO):
         """``dQ, dK, dV`` by ``tiled_backward``, from the saved tensors and ``dO``."""
         Q, K, V, O, L = ctx.saved_tensors
-        causal, s, block_m, block_n = ctx.settings
-        dQ, dK, dV = tiled_backward(Q, K, V, O, dO.contiguous(), L, causal=causal, scale=s,
-                                    block_m=block_m, block_n=block_n, check=False)
+        dQ, dK, dV = _tiled_backward(Q, K, V, O, dO, L, *ctx.settings)
         return dQ, dK, dV, None, None, None, None

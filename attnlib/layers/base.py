@@ -123,7 +123,7 @@ class AttentionLayer(nn.Module):
         Q, K, V = self.heads(Q, *kv, **options)  # (..., H, N_Q, d), (..., G, N_KV, d) twice
         mask = self.mask(mask, Q, K)  # (..., 1, N_Q, N_KV): one mask for every head
         attend = self.attend_fn or ATTENTION_FUNCTIONS[impl]  # a reader's, or PyTorch's
-        scale = {} if self.scale is None else {"scale": self.scale}
+        scale = {} if self.scale is None else {"scale": self.scale}  # MLA: not 1/sqrt(d)
         Y = attend(Q, K, V, mask=mask, causal=causal, **scale)  # Y_h = Z_h^-1 A_h V_g(h)
         return self.combine(Y, X, **options)  # (..., N_Q, d_out)
 

@@ -11,7 +11,7 @@ per chapter. The lessons' tables are in :mod:`attnlib.analysis.experiments`.
   :mod:`attnlib.viz.gqa` (lesson 06), :mod:`attnlib.viz.mla` (lesson 07),
   :mod:`attnlib.viz.rope` (lesson 08), :mod:`attnlib.viz.frontier` (lesson 09),
   :mod:`attnlib.viz.randomised` (lesson 10), :mod:`attnlib.viz.serving` (lesson 11),
-  :mod:`attnlib.viz.kernels` (lesson 13);
+  :mod:`attnlib.viz.kernels` (lesson 13), :mod:`attnlib.viz.designs` (lesson 15);
   :mod:`attnlib.viz.trained`, the trained-model dial that lessons 06 and 07 share;
   :mod:`attnlib.viz.walk`, one token through the trained ``book`` model (lesson 12).
 
@@ -25,6 +25,7 @@ Example:
 
 from attnlib.viz import (
     decoder,
+    designs,
     frontier,
     gqa,
     heads,
@@ -44,6 +45,6 @@ from attnlib.viz import (
 from attnlib.viz.explore import explorer, twin
 
 __all__ = [
-    "decoder", "explorer", "frontier", "gqa", "heads", "kernels", "kvcache", "lookup", "masks",
-    "mla", "randomised", "rope", "serving", "softmax", "tokens", "trained", "twin", "walk",
+    "decoder", "designs", "explorer", "frontier", "gqa", "heads", "kernels", "kvcache", "lookup",
+    "masks", "mla", "randomised", "rope", "serving", "softmax", "tokens", "trained", "twin", "walk",
 ]

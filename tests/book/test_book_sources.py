@@ -2,9 +2,10 @@
 
 The table of contents lists exactly the lessons that exist; every lesson starts with the
 setup cell, which installs attnlib from the URL that drives the Colab buttons; lessons are
-committed executed top to bottom; only live-explorer cells skip nbval's output check, and on
-the site they show their code, a note and the plotly twin, never a frozen widget; exercises
-render in Jupyter and keep their solutions after all of them.
+committed executed top to bottom; only live-explorer and timing cells skip nbval's output
+check, by a cell tag and never by a comment the reader would see, and on the site explorers
+show their code, a note and the plotly twin, never a frozen widget; exercises render in
+Jupyter and keep their solutions after all of them.
 """
 
 from __future__ import annotations
@@ -19,9 +20,12 @@ import nbformat
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 PLOTLY = "application/vnd.plotly.v1+json"
-IGNORE_MARKER = "# NBVAL_IGNORE_OUTPUT"
+# nbval's cell tag for a cell whose output it runs but does not compare. A tag, not the
+# comment "# NBVAL_IGNORE_OUTPUT": a comment is part of the code every reader sees, on the
+# site and in Colab; a tag is metadata (myst-nb turns it into a CSS class, tag_<name>).
+IGNORE_TAG = "nbval-ignore-output"
 # The one other reason a cell may skip nbval: it shows measured timings (a figure of time
-# against size), which no two machines reproduce. Its second line says so, and a lesson has
+# against size), which no two machines reproduce. Its first line says so, and a lesson has
 # at most one such cell; the stable quantity beside it (an operation count, a rounded
 # exponent) is printed in a checked cell.
 TIMING_MARKER = "# timings differ from machine to machine"
@@ -33,9 +37,11 @@ EXPLORER_NOTE = (
 EXERCISE_FENCE = re.compile(
     r"^\s*(`{3,}|:{3,})\{(exercise|solution|solution-start)\}", re.MULTILINE
 )
-# nbval's other cell markers and tags: the lessons use none of them.
-OTHER_NBVAL_MARKERS = ("NBVAL_SKIP", "NBVAL_CHECK_OUTPUT", "NBVAL_RAISES_EXCEPTION")
-NBVAL_TAGS = ("nbval-ignore-output", "nbval-skip", "nbval-check-output", "raises-exception")
+# nbval's comment markers (the lessons use none: they would show in the code) and its other
+# tags (the lessons use none of them either).
+NBVAL_MARKERS = ("NBVAL_IGNORE_OUTPUT", "PYTEST_VALIDATE_IGNORE_OUTPUT", "NBVAL_SKIP",
+                 "NBVAL_CHECK_OUTPUT", "NBVAL_RAISES_EXCEPTION")
+OTHER_NBVAL_TAGS = ("nbval-skip", "nbval-check-output", "raises-exception")
 # Paths that only exist on the machine that ran the notebook.
 MACHINE_PATH = re.compile(r"(/work/|/root/|/home/[\w.-]+/|/Users/[\w.-]+/|[A-Z]:\\Users\\)")
 
@@ -109,28 +115,37 @@ def test_lessons_are_committed_executed_in_order(lessons: dict) -> None:
 
 def _is_timing_cell(cell) -> bool:
     lines = cell.source.splitlines()
-    return len(lines) > 1 and lines[1].startswith(TIMING_MARKER)
+    return bool(lines) and lines[0].startswith(TIMING_MARKER)
+
+
+def _ignores_output(cell) -> bool:
+    return IGNORE_TAG in cell.metadata.get("tags", [])
 
 
 def test_only_live_explorer_cells_ignore_their_output(lessons: dict) -> None:
     """A live explorer needs a kernel, and a timing figure differs on every machine; every
-    other output is compared by nbval."""
+    other output is compared by nbval. Skipping is the cell tag, never a comment in the code."""
     for name, notebook in lessons.items():
         timing_cells: list[int] = []
         for index, cell in enumerate(notebook.cells):
             where = f"{name}, cell {index}"
-            for marker in OTHER_NBVAL_MARKERS:
-                assert marker not in cell.source, f"{where}: {marker} is not used in lessons"
+            for marker in NBVAL_MARKERS:
+                assert marker not in cell.source, (
+                    f"{where}: {marker} is a comment the reader sees; use the cell tag "
+                    f"{IGNORE_TAG!r} (and no other nbval marker)"
+                )
             tags = set(cell.metadata.get("tags", []))
-            assert not tags & set(NBVAL_TAGS), f"{where}: nbval tags {tags & set(NBVAL_TAGS)}"
+            assert not tags & set(OTHER_NBVAL_TAGS), (
+                f"{where}: nbval tags {tags & set(OTHER_NBVAL_TAGS)}"
+            )
             if cell.cell_type != "code":
+                assert IGNORE_TAG not in tags, f"{where}: {IGNORE_TAG!r} on a markdown cell"
                 continue
             shows_widget = WIDGET_VIEW in _mime_types(cell)
-            if "NBVAL_IGNORE_OUTPUT" not in cell.source and not shows_widget:
+            if not _ignores_output(cell) and not shows_widget:
                 continue
-            assert cell.source.splitlines()[0] == IGNORE_MARKER, (
-                f"{where}: a cell that skips the output check starts with the line "
-                f"{IGNORE_MARKER!r}"
+            assert _ignores_output(cell), (
+                f"{where}: a cell that shows a live widget carries the tag {IGNORE_TAG!r}"
             )
             if _is_timing_cell(cell):
                 assert not shows_widget, f"{where}: a timing cell shows no live widget"
@@ -138,7 +153,7 @@ def test_only_live_explorer_cells_ignore_their_output(lessons: dict) -> None:
                 continue
             assert shows_widget, (
                 f"{where}: only cells that display a live widget, or measured timings "
-                f"(second line {TIMING_MARKER!r}), may skip the output check"
+                f"(first line {TIMING_MARKER!r}), may skip the output check"
             )
         assert len(timing_cells) <= 1, (
             f"{name}: cells {timing_cells} show timings; keep that to one cell per lesson"
@@ -155,7 +170,7 @@ def test_live_explorer_is_code_then_note_then_twin(lessons: dict) -> None:
     for name, notebook in lessons.items():
         cells = notebook.cells
         for index, cell in enumerate(cells):
-            if cell.cell_type != "code" or IGNORE_MARKER not in cell.source.splitlines()[:1]:
+            if cell.cell_type != "code" or not _ignores_output(cell):
                 continue
             if _is_timing_cell(cell):
                 continue

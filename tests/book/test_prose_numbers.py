@@ -4,7 +4,7 @@ A lesson's markdown (prose and math) may only quote a number that the reader can
 
 - an output of the same lesson that nbval checks (stream, text/plain, text/html, and the
   text a plotly figure shows: titles, labels, annotations, slider steps, trace names, but
-  not its data arrays; outputs of `# NBVAL_IGNORE_OUTPUT` cells do not count), or
+  not its data arrays; outputs of cells tagged `nbval-ignore-output` do not count), or
 - the source of one of its code cells (an input the reader sees), or
 - a given constant listed in the notebook's metadata with the work it comes from:
   ``nb.metadata["attnbook"]["given"] = [{"value": "128,000", "source": "<key of
@@ -29,7 +29,8 @@ quantity in that range), chapter, lesson, section and exercise numbers ("chapter
 "lessons 01–02"), version numbers after a software name or dotted in three parts
 ("Python 3.11", "2.13.0"), model versions after a model family ("Llama 3", "Gemma 3"; the
 size in "Llama 3 70B" is still checked), citation roles, cross-reference roles, targets and
-directive options, link targets, URLs and arXiv identifiers, and fenced code blocks
+directive options, link targets, URLs, arXiv identifiers, references to GitHub threads
+("pytorch/pytorch#41508"), and fenced code blocks
 (code, not prose; in a lesson their numbers join the pool like a code cell's).
 Spelled-out numbers ("two or three") are not read.
 
@@ -62,7 +63,7 @@ BIBLIOGRAPHY = BOOK_DIR / "references.bib"
 LESSONS_DIR = BOOK_ROOT / "lessons"
 # Front pages whose prose is checked; api.md and bibliography.md are generated listings.
 SKIPPED_PAGES = {"api.md", "bibliography.md"}
-IGNORE_MARKER = "# NBVAL_IGNORE_OUTPUT"
+IGNORE_TAG = "nbval-ignore-output"  # nbval runs the cell and does not compare its output
 PLOTLY = "application/vnd.plotly.v1+json"
 TEXT_MIMES = ("text/plain", "text/html", "text/markdown", "text/latex")
 
@@ -90,6 +91,8 @@ AUTOLINK = re.compile(r"<(?:https?|ftp|mailto|file):[^>]*>")
 URL = re.compile(r"\b(?:https?|ftp|file)://\S+|\bwww\.\S+")
 HTML_TAG = re.compile(r"</?[A-Za-z][^>]*>")
 ARXIV = re.compile(r"\barXiv[:\s]*\d{4}\.\d{4,5}(?:v\d+)?", re.IGNORECASE)
+# A thread named the way GitHub names it, owner/repository#number: a label, not a quantity.
+GITHUB_THREAD = re.compile(r"(?<![\w/.-])[\w.-]+/[\w.-]+#\d+(?!\w)")
 DISPLAY_MATH = re.compile(r"\$\$(?P<math>.+?)\$\$|\\\[(?P<math2>.+?)\\\]", re.DOTALL)
 INLINE_MATH = re.compile(r"(?<![\\$])\$(?P<math>[^$]+?)\$|\\\((?P<math2>.+?)\\\)", re.DOTALL)
 AMS_ENV = re.compile(r"\\begin\{(?P<env>[\w*]+)\}(?P<math>.*?)\\end\{(?P=env)\}", re.DOTALL)
@@ -301,6 +304,7 @@ def _normalise_prose(text: str) -> str:
 
 def _strip_exempt(text: str) -> str:
     text = ARXIV.sub(" ", text)
+    text = GITHUB_THREAD.sub(" ", text)
     text = URL.sub(" ", text)
     text = CHAPTER_REF.sub(" ", text)
     text = SOFTWARE_VERSION.sub(" ", text)
@@ -445,7 +449,7 @@ def lesson_pool(notebook: nbformat.NotebookNode) -> set[float]:
     for cell in notebook.cells:
         if cell.cell_type == "code":
             values |= pool_values(cell.source)
-            if IGNORE_MARKER in cell.source.splitlines()[:1]:
+            if IGNORE_TAG in cell.get("metadata", {}).get("tags", []):
                 continue  # nbval does not check this output
             for output in cell.get("outputs", []):
                 values |= pool_values(_output_text(output))
@@ -560,6 +564,8 @@ def _texts(markdown: str) -> list[str]:
         (":::{exercise} Count to 42\n:label: ex00-count\n\nFind 17.5.\n:::", ["42", "17.5"]),
         ("```{eval-rst}\n.. automodule:: attnlib.core 123\n```", []),
         ("identifiers W_2, bfloat16, DeepSeek-V2 and x86, then 3.1e-06", ["3.1e-06"]),
+        ("asked in [pytorch/pytorch#41508](https://github.com/pytorch/pytorch/issues/41508)"
+         " and ggml-org/llama.cpp#4648, by 12 readers", ["12"]),
     ],
 )
 def test_extractor_finds_the_numbers_a_reader_sees(markdown: str, expected: list[str]) -> None:

@@ -2,9 +2,10 @@
 
 A wall-clock figure is the one output another machine, or this one a minute later, does not
 reproduce. So a lesson cell that times something (``attnlib.analysis.timing``, or a clock of
-its own) must: keep its output out of nbval's comparison (``# NBVAL_IGNORE_OUTPUT``); print
-every time with its range and the number of repeats (``Timing``'s form, "range a-b, median
-of n"); print every ratio with its range over interleaved repeats; name the machine
+its own) must: keep its output out of nbval's comparison (the cell tag
+``nbval-ignore-output``); print every time with its range and the number of repeats
+(``Timing``'s form, "range a-b, median of n"); print every ratio with its range over
+interleaved repeats; name the machine
 (``attnlib.analysis.timing.machine``); and label a ratio that times Triton's interpreter as
 such. And no markdown cell quotes a time, since the page cannot know the reader's machine.
 """
@@ -44,7 +45,7 @@ def test_each_timing_cell_prints_spread_and_provenance(lessons):
     problems = []
     for stem, index, cell in _timing_cells(lessons):
         where = f"{stem} c{index}"
-        if "NBVAL_IGNORE_OUTPUT" not in cell.source:
+        if "nbval-ignore-output" not in cell.metadata.get("tags", []):
             problems.append(f"{where}: times something but nbval compares its output")
         text = "\n".join(_text(o) for o in cell.get("outputs", []))
         if text and not MACHINE.search(text):
