@@ -1,16 +1,25 @@
 """Benchmark 7: serving the trained ``book`` model (chapter 11), on its held-out text.
 
-All four parts use the shipped ``book`` model (4 layers, width 128, 4 heads of 16, RoPE,
+All parts use the shipped ``book`` model (4 layers, width 128, 4 heads of 16, RoPE,
 float32) and prompts cut from ``attnlib.models.train.eval_set()``, the evaluation set of every
 card.
 
 * paged: greedy decoding of one sequence through a :class:`~attnlib.serving.paged.PagedKVCache`
-  per layer (blocks of 16 tokens), against the contiguous caches ``generate`` preallocates;
-  time per new token, and the tokens must be identical.
+  (blocks of 16 tokens), against the contiguous caches ``generate`` preallocates; time per
+  new token, the ratio taken repeat by repeat (median and range), and the tokens must be
+  identical. A fresh pool hands one sequence consecutive blocks, so its table is one run,
+  read as one view of the pool; the same decoding through a pool whose free list is
+  shuffled (every block its own run, read by the online softmax over runs) is timed beside
+  it. Then the bytes one decoding step allocates (every tensor an operation creates; views
+  and in-place writes create none) at two lengths held, ``N / 2`` and ``N``: a step that
+  reads the cache in place allocates the same at both.
 * batching: a mix of requests (prompt and output lengths, arrival steps) served by
   :func:`~attnlib.serving.batching.continuous_batching`, against the counts of static batches of
   the same size (:func:`~attnlib.serving.batching.static_batching_counts`): real tokens per forward
-  pass, a count, not a time; each request's output must equal its run alone.
+  pass, a count, not a time; each request's output must equal its run alone. The same
+  requests are then served under a fixed budget of blocks twice, side by side: blocks
+  taken as sequences grow, with preemption, against each request's worst case reserved at
+  admission (``reserve=True``): requests in flight, passes, preemptions.
 * speculative: greedy :func:`~attnlib.serving.speculative.speculative_generate` with the shipped
   ``book-draft`` proposing ``k`` characters, against plain greedy ``generate``: the kept
   fraction of proposals, target passes per generated character, and the wall-clock ratio
@@ -30,13 +39,17 @@ card.
 
 from __future__ import annotations
 
+import statistics
 import warnings
+from collections import deque
 from functools import partial
+from itertools import pairwise
 
 import torch
 import transformers
 from bench_hf import llama_twin
-from timing import median_seconds
+from timing import interleaved_seconds, median_seconds
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import attnlib
 from attnlib.serving.batching import Request, continuous_batching, static_batching_counts
@@ -78,43 +91,131 @@ def _infer(fn, out: dict, name: str) -> None:
         out[name] = fn()
 
 
+class AllocationCounter(TorchDispatchMode):
+    """Adds up the bytes of the tensors that operations create while it is active.
+
+    An output counts when its storage is none of the inputs' (a view or an in-place write
+    shares one); ``largest`` is the biggest single one. What a fused kernel allocates inside
+    itself is not seen, on either side of a comparison.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bytes = self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        seen = {t.untyped_storage().data_ptr() for t in _tensors([*args, *kwargs.values()])}
+        out = func(*args, **kwargs)
+        for t in _tensors(out if isinstance(out, (tuple, list)) else [out]):
+            ptr = t.untyped_storage().data_ptr()
+            if ptr not in seen:
+                seen.add(ptr)
+                self.bytes += t.untyped_storage().nbytes()
+                self.largest = max(self.largest, t.untyped_storage().nbytes())
+        return out
+
+
+def _tensors(items) -> list[torch.Tensor]:
+    out = []
+    for item in items:
+        out.extend(t for t in (item if isinstance(item, (list, tuple)) else [item])
+                   if isinstance(t, torch.Tensor))
+    return out
+
+
+def _paged_cache(model, n_blocks: int, shuffled: bool) -> PagedKVCache:
+    """A pool for ``model``; ``shuffled``: its free list in a seeded random order, so that no
+    two blocks a sequence takes are consecutive (each is a run of its own)."""
+    cache = PagedKVCache(len(model.blocks), n_blocks, BLOCK_SIZE)
+    if shuffled:
+        gen, order = torch.Generator().manual_seed(0), [0, 1]
+        while any(b + 1 == c for b, c in pairwise(order)):  # draw again
+            order = torch.randperm(n_blocks, generator=gen).tolist()
+        cache.manager.free = deque(order)
+    return cache
+
+
+def step_bytes(model, ids: torch.Tensor, held: int, caches) -> tuple[int, int]:
+    """Bytes allocated (in all, and the largest tensor) by one decoding step of ``model``
+    with ``held`` tokens of ``ids`` in ``caches``."""
+    with torch.inference_mode():
+        model(ids[:, :held - 1], caches=caches)
+        model(ids[:, held - 1:held], caches=caches)  # warm-up: a first step may allocate
+        with AllocationCounter() as counter:
+            model(ids[:, held:held + 1], caches=caches)
+    return counter.bytes, counter.largest
+
+
 def paged(device: torch.device, model, ids: torch.Tensor, n: int, repeats: int) -> dict:
-    """Seconds per new token, contiguous against paged caches, side by side."""
+    """Seconds per new token, contiguous against paged caches, side by side; the bytes a
+    decoding step allocates at two lengths."""
     prompt = ids[:1, :PROMPT_LEN].to(device)
     n_blocks = -(-(PROMPT_LEN + n) // BLOCK_SIZE)
 
-    def through_blocks():
-        return model.generate(prompt, n, caches=[PagedKVCache(n_blocks, BLOCK_SIZE)
-                                                 for _ in model.blocks])
+    def through(shuffled: bool):
+        return model.generate(prompt, n, caches=_paged_cache(model, n_blocks, shuffled).layers)
 
     out: dict[str, torch.Tensor] = {}
     fns = {"contiguous": partial(_infer, partial(model.generate, prompt, n), out, "contiguous"),
-           "paged": partial(_infer, through_blocks, out, "paged")}
-    seconds = median_seconds(fns, device, repeats=repeats)
-    per = {name: s / n for name, s in seconds.items()}
+           "paged": partial(_infer, partial(through, False), out, "paged"),
+           "scattered": partial(_infer, partial(through, True), out, "scattered")}
+    times = interleaved_seconds(fns, device, repeats=repeats)
+    per = {name: statistics.median(t) / n for name, t in times.items()}
+    ratios = {name: [a / b for a, b in zip(times[name], times["contiguous"], strict=True)]
+              for name in ("paged", "scattered")}
+    long = PROMPT_LEN + n  # the tokens held: N and N / 2
+    row = ids.reshape(1, -1)[:, :long + 1].to(device)  # eval rows end to end: long enough
+    allocated = {}
+    for name in ("contiguous", "paged", "scattered"):
+        for held in (long // 2, long):
+            caches = (model.new_caches(long + 1) if name == "contiguous" else
+                      _paged_cache(model, n_blocks + 1, name == "scattered").layers)
+            allocated[name, held] = step_bytes(model, row, held, caches)
     return {
         "new_tokens": n,
         "prompt_tokens": PROMPT_LEN,
         "block_size": BLOCK_SIZE,
+        "repeats": repeats,
         "seconds_per_token": per,
-        "paged_over_contiguous": per["paged"] / per["contiguous"],
-        "tokens_identical": torch.equal(out["paged"], out["contiguous"]),
+        "paged_over_contiguous": statistics.median(ratios["paged"]),
+        "ratio_range": [min(ratios["paged"]), max(ratios["paged"])],
+        "scattered_over_contiguous": statistics.median(ratios["scattered"]),
+        "scattered_ratio_range": [min(ratios["scattered"]), max(ratios["scattered"])],
+        "tokens_identical": (torch.equal(out["paged"], out["contiguous"])
+                             and torch.equal(out["scattered"], out["contiguous"])),
+        "step_bytes": {
+            "held": [long // 2, long],
+            **{name: [allocated[name, long // 2][0], allocated[name, long][0]]
+               for name in ("contiguous", "paged", "scattered")},
+            "largest": {name: [allocated[name, long // 2][1], allocated[name, long][1]]
+                        for name in ("contiguous", "paged", "scattered")},
+        },
     }
 
 
 def batching(device: torch.device, model, ids: torch.Tensor, n_requests: int,
-             max_batch: int, chunk: int) -> dict:
-    """Forward passes and real tokens per pass, continuous against static batching."""
+             max_batch: int, chunk: int, n_blocks: int) -> dict:
+    """Forward passes and real tokens per pass, continuous against static batching; then
+    requests in flight under ``n_blocks`` blocks, taken on demand against reserved."""
     requests = _requests(n_requests, ids)
     with torch.inference_mode():
         served = continuous_batching(model, requests, max_batch=max_batch, n_blocks=512,
                                      block_size=BLOCK_SIZE, chunk=chunk)
         alone = [model.generate(torch.tensor([r.prompt], device=device),
                                 r.max_new_tokens)[0, len(r.prompt):].tolist() for r in requests]
+        budget = {name: continuous_batching(model, requests, max_batch=max_batch,
+                                            n_blocks=n_blocks, block_size=BLOCK_SIZE,
+                                            chunk=chunk, reserve=reserve)
+                  for name, reserve in (("on_demand", False), ("reserved", True))}
     static = static_batching_counts(requests, max_batch=max_batch)
     counts = {name: {"forward_passes": c.forward_passes, "tokens": c.tokens, "slots": c.slots,
                      "tokens_per_pass": c.tokens_per_pass}
               for name, c in (("continuous", served.counts), ("static", static))}
+    under = {name: {"peak_running": res.peak_running, "mean_running": res.mean_running,
+                    "forward_passes": res.counts.forward_passes, "tokens": res.counts.tokens,
+                    "preemptions": res.preemptions, "outputs_identical": res.outputs == alone}
+             for name, res in budget.items()}
     return {
         "requests": n_requests,
         "max_batch": max_batch,
@@ -123,6 +224,9 @@ def batching(device: torch.device, model, ids: torch.Tensor, n_requests: int,
         "continuous_over_static": (counts["continuous"]["tokens_per_pass"]
                                    / counts["static"]["tokens_per_pass"]),
         "outputs_identical": served.outputs == alone,
+        "budget": {"n_blocks": n_blocks, **under,
+                   "in_flight_ratio": (under["on_demand"]["mean_running"]
+                                       / under["reserved"]["mean_running"])},
     }
 
 
@@ -251,8 +355,9 @@ def hf_quantised(device: torch.device, model, ids: torch.Tensor, targets: torch.
 
 
 def run(device: torch.device, sizes: dict, repeats: dict) -> dict:
-    """All four parts; ``sizes`` holds ``paged`` (new tokens), ``batching`` (requests,
-    max_batch, chunk), ``speculative`` (new tokens, ks) and ``eval_rows``."""
+    """All parts; ``sizes`` holds ``paged`` (new tokens), ``batching`` (requests,
+    max_batch, chunk, n_blocks: the budget), ``speculative`` (new tokens, ks) and
+    ``eval_rows``."""
     target, draft = _models(device)
     ids, targets = attnlib.models.train.eval_set()
     ids, targets = ids[: sizes["eval_rows"]], targets[: sizes["eval_rows"]]
@@ -263,7 +368,8 @@ def run(device: torch.device, sizes: dict, repeats: dict) -> dict:
         "draft": "book-draft",
         "eval_rows": int(ids.shape[0]),
         "paged": paged(device, target, ids, sizes["paged"], repeats["paged"]),
-        "batching": batching(device, target, ids, b["requests"], b["max_batch"], b["chunk"]),
+        "batching": batching(device, target, ids, b["requests"], b["max_batch"], b["chunk"],
+                             b["n_blocks"]),
         "speculative": speculative(device, target, draft, ids, s["new_tokens"], s["ks"],
                                    repeats["speculative"]),
         "quantised": quant,

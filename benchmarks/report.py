@@ -128,6 +128,11 @@ def rows(results: dict) -> list[tuple[str, ...]]:
     return out
 
 
+def _ratio_range(ratio: float, spread: list[float]) -> str:
+    """A median ratio with the range of the repeats' ratios: ``1.02x (0.97-1.08)``."""
+    return f"{ratio:.2f}x ({spread[0]:.2f}-{spread[1]:.2f})"
+
+
 def _serving_rows(results: dict) -> list[tuple[str, ...]]:
     """Chapter 11's rows: paged decoding, batching, speculative decoding, quantised caches."""
     v = results["serving"]
@@ -136,9 +141,20 @@ def _serving_rows(results: dict) -> list[tuple[str, ...]]:
     per = p["seconds_per_token"]
     out.append(("serving: paged / contiguous cache", f"{p['new_tokens']} new",
                 f"{_time(per['paged'])}/tok", f"{_time(per['contiguous'])}/tok",
-                f"{p['paged_over_contiguous']:.2f}x",
+                _ratio_range(p["paged_over_contiguous"], p["ratio_range"]),
                 _target(results, "paged_over_contiguous", new_tokens=p["new_tokens"]),
                 _tokens(p["tokens_identical"])))
+    out.append(("serving: paged, scattered blocks / contiguous", f"{p['new_tokens']} new",
+                f"{_time(per['scattered'])}/tok", f"{_time(per['contiguous'])}/tok",
+                _ratio_range(p["scattered_over_contiguous"], p["scattered_ratio_range"]), "",
+                _tokens(p["tokens_identical"])))
+    sb = p["step_bytes"]
+    N, paged = sb["held"][1], sb["paged"]
+    out.append(("serving: paged step, bytes allocated N / N/2", f"N={N}",
+                _bytes(paged[1]), _bytes(paged[0]), f"{paged[1] / paged[0]:.2f}x",
+                _target(results, "paged_step_bytes", N=N),
+                f"contiguous {_bytes(sb['contiguous'][1])} vs {_bytes(sb['contiguous'][0])}; "
+                f"scattered {_bytes(sb['scattered'][1])} vs {_bytes(sb['scattered'][0])}"))
     b = v["batching"]
     c, st = b["counts"]["continuous"], b["counts"]["static"]
     out.append(("serving: continuous / static batching", f"{b['requests']} requests",
@@ -146,6 +162,17 @@ def _serving_rows(results: dict) -> list[tuple[str, ...]]:
                 f"{b['continuous_over_static']:.2f}x", "",
                 f"{c['forward_passes']} vs {st['forward_passes']} passes; "
                 + ("outputs = alone" if b["outputs_identical"] else "OUTPUTS DIFFER")))
+    u = b["budget"]
+    on, res = u["on_demand"], u["reserved"]
+    same = on["outputs_identical"] and res["outputs_identical"]
+    out.append(("serving: blocks on demand / reserved", f"{u['n_blocks']} blocks",
+                f"{on['mean_running']:.2f} in flight (peak {on['peak_running']})",
+                f"{res['mean_running']:.2f} in flight (peak {res['peak_running']})",
+                f"{u['in_flight_ratio']:.2f}x",
+                _target(results, "blocks_in_flight", n_blocks=u["n_blocks"]),
+                f"{on['forward_passes']} vs {res['forward_passes']} passes, "
+                f"{on['preemptions']} preemptions; "
+                + ("outputs = alone" if same else "OUTPUTS DIFFER")))
     for r in v["speculative"]:
         sec = r["seconds"]
         out.append(("serving: speculative / plain greedy", f"k={r['k']}",
@@ -199,12 +226,23 @@ def notes(results: dict) -> list[str]:
         f"serving: the trained {results['serving']['model']} model (4 layers, width 128, "
         f"4 heads of 16, RoPE, float32) on prompts from the evaluation set; paged: greedy "
         f"decoding from a {results['serving']['paged']['prompt_tokens']}-character prompt "
-        f"through PagedKVCache (blocks of {results['serving']['paged']['block_size']}) against "
-        "the preallocated contiguous caches of generate, time per new token; batching: "
+        f"through a PagedKVCache (blocks of {results['serving']['paged']['block_size']}) "
+        "against the preallocated contiguous caches of generate, time per new token, the "
+        "ratio taken within each of "
+        f"{results['serving']['paged']['repeats']} interleaved repeats (median, and range in "
+        "brackets); a fresh pool gives the sequence consecutive blocks (one run of the "
+        "table, read as one view), a shuffled free list scattered ones (every block a run, "
+        "read by an online softmax over runs); bytes allocated = bytes of every tensor the "
+        "operations of one decoding step create, at N/2 and N tokens held; batching: "
         f"{results['serving']['batching']['requests']} seeded requests (prompts of 2-40, "
         "outputs of 4-48 characters, staggered arrivals), at most "
         f"{results['serving']['batching']['max_batch']} at once, prefill chunks of "
         f"{results['serving']['batching']['chunk']}, real tokens per forward pass (a count); "
+        f"on demand / reserved: the same requests under a pool of "
+        f"{results['serving']['batching']['budget']['n_blocks']} blocks, blocks taken as the "
+        "sequences grow (preempting and recomputing when the pool runs out) against each "
+        "request's prompt plus max_new_tokens reserved at admission, requests per forward "
+        "pass (a count); "
         f"speculative: {results['serving']['draft']} proposes k characters, greedy, time for "
         f"{results['serving']['speculative'][0]['new_tokens']} new characters; quantised: "
         f"held-out loss over {results['serving']['eval_rows']} windows of the evaluation set, "
@@ -252,6 +290,8 @@ TARGET_ROWS = {
     "mla_auto": "MLA step: absorbed auto / explicit",
     "mla_absorbed_speedup": "MLA step: rebuilt / absorbed",
     "paged_over_contiguous": "serving: paged / contiguous cache",
+    "paged_step_bytes": "serving: paged step, bytes allocated N / N/2",
+    "blocks_in_flight": "serving: blocks on demand / reserved",
 }
 
 
@@ -279,8 +319,16 @@ TARGET_TEXT = {
                             "token's K_h and V_h takes at least {min:g} times the absorbed "
                             "path's time",
     "paged_over_contiguous": "serving: paged / contiguous cache: over {new_tokens} new "
-                             "tokens, greedy decoding through paged caches takes at most "
-                             "{max:g} times the contiguous caches' time per token",
+                             "tokens, greedy decoding through a paged cache takes at most "
+                             "{max:g} times the contiguous caches' time per token (the "
+                             "median of the ratios of the repeats)",
+    "paged_step_bytes": "serving: paged step, bytes allocated N / N/2: a decoding step "
+                        "through a paged cache holding N = {N} tokens allocates at most "
+                        "{max:g} times the bytes it allocates holding N/2",
+    "blocks_in_flight": "serving: blocks on demand / reserved: under a pool of {n_blocks} "
+                        "blocks, taking blocks as the sequences grow keeps at least {min:g} "
+                        "times as many requests in flight, per forward pass on average, as "
+                        "reserving each request's worst case",
 }
 
 
@@ -319,6 +367,8 @@ class Each:
 # keys (more are allowed), a one-item list (a non-empty list of such items), Each(spec), or
 # a tuple of alternatives.
 _SECONDS = {"first": float, "last": float, "last_over_first": float}
+_UNDER_BUDGET = {"peak_running": int, "mean_running": float, "forward_passes": int,
+                 "tokens": int, "preemptions": int, "outputs_identical": bool}
 SCHEMA: dict[str, Any] = {
     "schema": int,
     "date": str,
@@ -410,9 +460,15 @@ SCHEMA: dict[str, Any] = {
             "new_tokens": int,
             "prompt_tokens": int,
             "block_size": int,
-            "seconds_per_token": {"contiguous": float, "paged": float},
+            "repeats": int,
+            "seconds_per_token": {"contiguous": float, "paged": float, "scattered": float},
             "paged_over_contiguous": float,
+            "ratio_range": [float],
+            "scattered_over_contiguous": float,
+            "scattered_ratio_range": [float],
             "tokens_identical": bool,
+            "step_bytes": {"held": [int], "contiguous": [int], "paged": [int],
+                           "scattered": [int], "largest": Each([int])},
         },
         "batching": {
             "requests": int,
@@ -422,6 +478,12 @@ SCHEMA: dict[str, Any] = {
                             "tokens_per_pass": float}),
             "continuous_over_static": float,
             "outputs_identical": bool,
+            "budget": {
+                "n_blocks": int,
+                "on_demand": _UNDER_BUDGET,
+                "reserved": _UNDER_BUDGET,
+                "in_flight_ratio": float,
+            },
         },
         "speculative": [{
             "k": int,

@@ -16,13 +16,14 @@ def sync(device: torch.device) -> None:
         torch.mps.synchronize()
 
 
-def median_seconds(
+def interleaved_seconds(
     fns: dict[str, Callable[[], object]], device: torch.device, *, repeats: int, warmup: int = 1
-) -> dict[str, float]:
-    """Median seconds per call of each function, measured side by side.
+) -> dict[str, list[float]]:
+    """Seconds of every call of each function, repeat by repeat, measured side by side.
 
     The functions take turns within every repeat (a, b, c, a, b, c, ...), so a change in
-    machine load during the run affects all of them alike instead of favouring one.
+    machine load during the run affects all of them alike instead of favouring one, and the
+    ratio of two functions can be taken within each repeat.
     """
     for _ in range(warmup):
         for fn in fns.values():
@@ -35,4 +36,13 @@ def median_seconds(
             fn()
             sync(device)
             times[name].append(time.perf_counter() - start)
+    return times
+
+
+def median_seconds(
+    fns: dict[str, Callable[[], object]], device: torch.device, *, repeats: int, warmup: int = 1
+) -> dict[str, float]:
+    """Median seconds per call of each function, measured side by side
+    (:func:`interleaved_seconds`)."""
+    times = interleaved_seconds(fns, device, repeats=repeats, warmup=warmup)
     return {name: statistics.median(ts) for name, ts in times.items()}

@@ -110,10 +110,18 @@ def test_quick_benchmark_run(tmp_path, device, report):
     assert mla["cache_bytes"] == {"latent": 64 * 256 * 4, "expanded": 64 * 2 * 32 * 64 * 4}
 
     serving = results["serving"]
-    assert serving["paged"]["tokens_identical"] and serving["paged"]["new_tokens"] == 8
+    paged = serving["paged"]
+    assert paged["tokens_identical"] and paged["new_tokens"] == 8
+    assert paged["ratio_range"][0] <= paged["paged_over_contiguous"] <= paged["ratio_range"][1]
+    step = paged["step_bytes"]  # a paged decoding step allocates nothing that grows with N
+    assert step["held"] == [20, 40] and step["paged"][0] == step["paged"][1] > 0
+    assert step["largest"]["scattered"][0] == step["largest"]["scattered"][1]
     batch = serving["batching"]
     assert batch["outputs_identical"] and batch["requests"] == 4
     assert batch["counts"]["continuous"]["tokens"] == batch["counts"]["static"]["tokens"] > 0
+    budget = batch["budget"]
+    assert budget["n_blocks"] == 6 and budget["reserved"]["preemptions"] == 0
+    assert budget["on_demand"]["outputs_identical"] and budget["reserved"]["outputs_identical"]
     assert [r["k"] for r in serving["speculative"]] == [2, 4, 8]
     for r in serving["speculative"]:  # at most one target pass per token, at least 1/(k+1)
         assert r["tokens_identical"] and 0 <= r["acceptance_rate"] <= 1
@@ -136,7 +144,10 @@ def test_quick_benchmark_run(tmp_path, device, report):
         "memory: tiled vs explicit": 1, "decode step: GQA / SDPA": 3,
         "decode step: bytes copied, N / N/2": 3, "MLA step: absorbed auto / explicit": 1,
         "MLA step: rebuilt / absorbed": 1, "MLA step: expanded / absorbed": 1,
-        "serving: paged / contiguous cache": 1, "serving: continuous / static batching": 1,
+        "serving: paged / contiguous cache": 1,
+        "serving: paged, scattered blocks / contiguous": 1,
+        "serving: paged step, bytes allocated N / N/2": 1,
+        "serving: continuous / static batching": 1, "serving: blocks on demand / reserved": 1,
         "serving: speculative / plain greedy": 3, "serving: quantised / float cache": 4,
         "serving: HF QuantizedCache (quanto)": 2,
     }
@@ -182,7 +193,10 @@ def test_rows_from_a_sample(report, sample):
         ("MLA step: rebuilt / absorbed", "N=4096, d_L=256"),
         ("MLA step: expanded / absorbed", "N=4096, d_L=256"),
         ("serving: paged / contiguous cache", "256 new"),
+        ("serving: paged, scattered blocks / contiguous", "256 new"),
+        ("serving: paged step, bytes allocated N / N/2", "N=288"),
         ("serving: continuous / static batching", "24 requests"),
+        ("serving: blocks on demand / reserved", "16 blocks"),
         ("serving: speculative / plain greedy", "k=2"),
         ("serving: speculative / plain greedy", "k=4"),
         ("serving: speculative / plain greedy", "k=8"),
@@ -216,7 +230,15 @@ def test_rows_from_a_sample(report, sample):
     assert by_case["MLA step: rebuilt / absorbed", "N=4096, d_L=256"] == (
         "100.00 ms", "10.00 ms", "10.0x slower", ">= 5x: met", "max|dY| 3.0e-08")
     assert by_case["serving: paged / contiguous cache", "256 new"] == (
-        "0.60 ms/tok", "0.50 ms/tok", "1.20x", "<= 1.3: met", "tokens identical")
+        "0.52 ms/tok", "0.50 ms/tok", "1.04x (0.98-1.10)", "<= 1.1: met", "tokens identical")
+    assert by_case["serving: paged, scattered blocks / contiguous", "256 new"] == (
+        "1.50 ms/tok", "0.50 ms/tok", "3.00x (2.75-3.25)", "", "tokens identical")
+    assert by_case["serving: paged step, bytes allocated N / N/2", "N=288"] == (
+        "42.0 KiB", "42.0 KiB", "1.00x", "<= 1: met",
+        "contiguous 42.0 KiB vs 42.0 KiB; scattered 184.0 KiB vs 116.0 KiB")
+    assert by_case["serving: blocks on demand / reserved", "16 blocks"] == (
+        "5.00 in flight (peak 8)", "3.20 in flight (peak 5)", "1.56x", ">= 1.2x: met",
+        "145 vs 208 passes, 22 preemptions; outputs = alone")
     assert by_case["serving: continuous / static batching", "24 requests"] == (
         "12.00 tok/pass", "8.00 tok/pass", "1.50x", "", "100 vs 150 passes; outputs = alone")
     assert by_case["serving: speculative / plain greedy", "k=4"] == (
@@ -226,7 +248,7 @@ def test_rows_from_a_sample(report, sample):
     assert by_case["serving: HF QuantizedCache (quanto)", "int4, axis_key 0, axis_value 0"] == (
         "", "loss 1.3100", "+0.0100 nats", "", "float 1.3000; HF float = attnlib float")
     assert report.targets_line(sample) == (
-        "Targets: 8 of 9 met (missed: decode: attnlib / HF loop)")
+        "Targets: 10 of 11 met (missed: decode: attnlib / HF loop)")
     assert any("block_size 128" in note for note in report.notes(sample))
 
 

@@ -16,15 +16,16 @@ V3_BYTES = 61 * (512 + 64) * 2
 FACTOR = 2 * 32 * 128 / 576
 # 07.3: 128 merged W_LQK^h of 1536 x 512, and W_LO of (128 * 512) x 5120
 MERGED = 128 * 1536 * 512 + 128 * 512 * 5120
-# 07.4: Llama 3 8B, [W_K | W_V] is 4096 x (2 * 8 * 128)
+# 07.4: Llama 3 8B, [W_K | W_V] is 4096 x (2 * 8 * 128); Llama 2 7B, 4096 x (2 * 32 * 128)
 EXACT = min(4096, 2 * 8 * 128)
+EXACT_L2 = min(4096, 2 * 32 * 128)
 
 
 def test_hand_values():
     assert V3_BYTES == 70_272
     assert round(FACTOR, 2) == 14.22
     assert MERGED == 436_207_616
-    assert EXACT == 2048
+    assert (EXACT, EXACT_L2) == (2048, 4096)
 
 
 @pytest.mark.parametrize(
@@ -38,9 +39,9 @@ def test_hand_values():
         ("07.2", torch.tensor(FACTOR)),
         ("07.3", MERGED),
         ("07.3", torch.tensor(MERGED)),
-        ("07.4", EXACT),
-        ("07.4", np.int64(EXACT)),
-        ("07.4", torch.tensor(EXACT)),
+        ("07.4", (EXACT, EXACT_L2)),
+        ("07.4", np.array([EXACT, EXACT_L2])),
+        ("07.4", torch.tensor([EXACT, EXACT_L2])),
     ],
 )
 def test_right_answers_are_correct(label, answer, capsys):
@@ -65,11 +66,13 @@ def test_right_answers_are_correct(label, answer, capsys):
         ("07.3", 128 * 512 * 5120, "W_LO alone"),
         ("07.3", 1536 * 512 + 128 * 512 * 5120, "one matrix per head"),
         ("07.3", 1536 * 128 * 128 + 2 * 512 * 128 * 128 + 128 * 128 * 5120, "four factors"),
-        ("07.4", 1024, "keys only"),
-        ("07.4", 4096, "that is d_in"),
-        ("07.4", 8192, "query heads"),
-        ("07.4", 2000, "not quite"),
-        ("07.4", 2048.0, "whole number"),
+        ("07.4", (1024, 4096), "keys only"),
+        ("07.4", (4096, 4096), "that is d_in"),
+        ("07.4", (8192, 8192), "query heads"),
+        ("07.4", (2048, 8192), "bound by the rows"),
+        ("07.4", (2048, 2048), "d_in / 2"),
+        ("07.4", (2048, 4000), "entry 1 is off"),
+        ("07.4", 2048, "of shape (2,)"),
     ],
 )
 def test_wrong_answers_get_a_hint(label, answer, hint, capsys):

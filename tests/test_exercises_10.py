@@ -17,15 +17,15 @@ VAR = 0.5 * 1.5**2 + 0.25 * 0.5**2 + 0.25 * 2.5**2
 # 10.2: |A_:j| |V_j| = sqrt(20) * 1, 1 * 2, 1 * 2
 C = [math.sqrt(20), 2.0, 2.0]
 RHO = [c / sum(C) for c in C]
-# 10.3: 1 / sum_j P_j^2 with P = (0.9, 0.1/99 x 99)
+# 10.3: m / (N sum_j P_j^2) with P = (0.9, 0.1/99 x 99), m = 50 uniform draws, N = 100 keys
 SUM_SQ = 0.81 + 99 * (0.1 / 99) ** 2
-ESS = 1 / SUM_SQ
+ESS = 50 / (100 * SUM_SQ)
 
 
 def test_hand_values():
     assert VAR == 2.75
     assert round(RHO[0], 4) == 0.5279
-    assert round(ESS, 4) == 1.2344
+    assert round(ESS, 4) == 0.6172
 
 
 @pytest.mark.parametrize(
@@ -38,7 +38,7 @@ def test_hand_values():
         ("10.2", torch.tensor(RHO)),
         ("10.2", [0.528, 0.236, 0.236]),
         ("10.3", ESS),
-        ("10.3", 1.2344),
+        ("10.3", 0.6172),
         ("10.3", torch.tensor([ESS])),
     ],
 )
@@ -57,8 +57,12 @@ def test_right_answers_are_correct(label, answer, capsys):
         ("10.2", [c * c / 28 for c in C], "squared products"),
         ("10.2", [1 / 3] * 3, "uniform probabilities"),
         ("10.2", [0.5, 0.5], "shape"),
-        ("10.3", ESS / 100, "ESS per draw"),
+        ("10.3", ESS / 50, "ESS per draw"),
         ("10.3", 100 * SUM_SQ, "1 + chi^2"),
+        ("10.3", 50 * SUM_SQ, "multiplies m"),
+        ("10.3", 50 / SUM_SQ, "100 times too large"),
+        ("10.3", 1 / SUM_SQ, "effective number of keys"),
+        ("10.3", 100 / (50 * SUM_SQ), "swaps m and N"),
         ("10.3", -ESS, "sign"),
     ],
 )

@@ -18,7 +18,7 @@ byte counts of :mod:`attnlib.analysis.memory` beside it:
   arithmetic and its memory bandwidth, and :data:`H800` the chip DeepSeek's kernels report
   on (lessons 07 and 09).
 
-Lessons: 01_attention_as_lookup, 05_kv_cache, 07_mla, 09_frontier, 15_your_2026_model.
+Lessons: 01_attention_as_lookup, 05_kv_cache, 07_mla, 09_frontier.
 """
 
 from __future__ import annotations
@@ -370,8 +370,6 @@ def layer_decode_macs(spec: ModelSpec, kind: str, n_ctx: int) -> dict[str, int]:
         >>> m = layer_decode_macs(DEEPSEEK_V32, "sparse", 131_072)
         >>> m["indexer"], m["scores"] + m["values"]  # 131,072 · 64 · 129; 2048 · 128 · 1088
         (1082130432, 285212672)
-
-    Lesson: 15_your_2026_model.
     """
     _check_macs(spec, n_ctx)
     check_choice("kind", kind, LAYER_KINDS)
@@ -431,8 +429,6 @@ def decode_token_macs(spec: ModelSpec, n_ctx: int) -> dict[str, int]:
         >>> from attnlib.analysis.memory import GPT_OSS_120B
         >>> decode_token_macs(GPT_OSS_120B, 4096)["total"]  # 18 · 8192 · (4096 + 128)
         622854144
-
-    Lesson: 15_your_2026_model.
     """
     _check_macs(spec, n_ctx)
     schedule = spec.schedule

@@ -36,7 +36,7 @@ sequence of ``N`` tokens (``ModelSpec.layer_types`` lists them layer by layer, o
 :data:`FRONTIER` holds five such designs as published (gpt-oss-120b, Qwen3-Next-80B-A3B,
 Kimi Linear 48B-A3B, DeepSeek-V3.2, DeepSeek-V4-Flash, and DeepSeek-V4-Pro beside it).
 
-Lessons: 00_tokens_and_embeddings, 05_kv_cache, 06_gqa, 07_mla, 15_your_2026_model.
+Lessons: 00_tokens_and_embeddings, 05_kv_cache, 06_gqa, 07_mla.
 """
 
 from __future__ import annotations
@@ -614,8 +614,6 @@ class ModelSpec:
             (52, 10)
             >>> GPT_OSS_120B.schedule[:4]
             ('sliding', 'full', 'sliding', 'full')
-
-        Lesson: 15_your_2026_model.
         """
         if self.layer_types:
             return self.layer_types
@@ -660,8 +658,6 @@ class ModelSpec:
             524288
             >>> GPT_OSS_120B.layer_values("sliding", 1_000_000)["kv"]  # 128 · 2 · 8 · 64
             131072
-
-        Lesson: 15_your_2026_model.
         """
         check_choice("kind", kind, LAYER_KINDS)
         check_nonnegative_int("n_tokens", n_tokens)
@@ -703,8 +699,6 @@ class ModelSpec:
         Returns:
             dict[str, int]: numbers held by the whole model, for every part in
             :data:`LAYER_PARTS`.
-
-        Lesson: 15_your_2026_model.
         """
         check_nonnegative_int("n_tokens", n_tokens)
         schedule = self.schedule
@@ -745,8 +739,6 @@ class ModelSpec:
             True
             >>> QWEN3_NEXT_80B.sequence_bytes(0)   # 36 Gated DeltaNet states, bf16
             39518208
-
-        Lesson: 15_your_2026_model.
         """
         _check_counts(batch=batch, bytes_per_elem=bytes_per_elem, n_tokens=n_tokens)
         state_b = bytes_per_elem if state_bytes_per_elem is None else check_positive_int(
@@ -783,8 +775,6 @@ class ModelSpec:
             True
             >>> GPT_OSS_120B.interleaved(4).schedule.count("full")
             9
-
-        Lesson: 15_your_2026_model.
         """
         check_nonnegative_int("every", every)
         schedule = self.schedule

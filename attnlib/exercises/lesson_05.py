@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import torch
+
 from attnlib.analysis.costs import decode_step_macs
-from attnlib.analysis.memory import LLAMA3_8B, kv_cache_bytes
+from attnlib.analysis.memory import LLAMA3_8B, LLAMA3_70B, kv_cache_bytes
 from attnlib.exercises import numbers, scalar, whole_number
 
 
@@ -25,46 +27,60 @@ def _fp8_batch_cache():
     )
 
 
-# Llama 3 8B's shape for exercise 05.2 (d_ff = 14,336: Table 3 of the Llama 3 paper).
+# The shapes of exercise 05.2 (d_ff = 14,336 and 28,672: Table 3 of the Llama 3 paper).
 LLAMA3_8B_SHAPE = dict(n_layers=LLAMA3_8B.n_layers, d_model=LLAMA3_8B.d_model,
                        n_heads=LLAMA3_8B.n_heads, n_kv_heads=LLAMA3_8B.n_kv_heads,
                        d_head=LLAMA3_8B.d_head, d_ff=14_336, vocab_size=LLAMA3_8B.vocab_size)
+LLAMA3_70B_SHAPE = dict(n_layers=LLAMA3_70B.n_layers, d_model=LLAMA3_70B.d_model,
+                        n_heads=LLAMA3_70B.n_heads, n_kv_heads=LLAMA3_70B.n_kv_heads,
+                        d_head=LLAMA3_70B.d_head, d_ff=28_672, vocab_size=LLAMA3_70B.vocab_size)
 
 
-def _crossover(**changes: int) -> int:
-    """Smallest N at which a cached step's attention reaches the rest, for the shape with
-    ``changes`` (what the hints recompute with a mistaken count)."""
-    shape = {**LLAMA3_8B_SHAPE, **changes}
-    step = decode_step_macs(1, 1, **shape)
-    return -(-step["other"] // step["attention"])
+def _crossovers(count=None, **changes) -> torch.Tensor:
+    """For Llama 3 8B and 70B, the N at which a cached step's attention reaches the rest:
+    ``count(shape, rest, per_key)`` (by default the smallest such N, rest / per_key rounded
+    up), for the shapes with ``changes`` (what the hints recompute with a mistaken count)."""
+    found = []
+    for shape in (LLAMA3_8B_SHAPE, LLAMA3_70B_SHAPE):
+        changed = {**shape, **{k: v(shape) if callable(v) else v for k, v in changes.items()}}
+        step = decode_step_macs(1, 1, **changed)
+        rest, per_key = step["other"], step["attention"]
+        found.append(count(shape, rest, per_key) if count else -(-rest // per_key))
+    return torch.tensor(found, dtype=torch.float64)
 
 
-@whole_number("05.2", what="a whole number of keys (an int)")
+@numbers("05.2", rel=0.0, what="two whole numbers of keys, (Llama 3 8B, Llama 3 70B)")
 def _attention_dominates():
-    """Smallest N at which one cached decoding step of Llama 3 8B spends at least as many
-    multiply-adds on attention as on everything else."""
-    expected = _crossover()
-    step = decode_step_macs(1, 1, **LLAMA3_8B_SHAPE)
-    per_key, rest = step["attention"], step["other"]
-    no_head = rest - LLAMA3_8B.d_model * LLAMA3_8B.vocab_size
-    hints = (
-        (-(-no_head // per_key), "that leaves out the output head, d x N_T multiply-adds per "
-                                 "token: count it with the rest."),
-        (_crossover(ffn="gelu"), "that counts two matrices in the feed-forward network; SwiGLU "
-                                 "has three (gate, up and down)."),
-        (-(-rest // (per_key // 4)), "that scores the keys once per KV head (G = 8); every one "
-                                     "of the H = 32 query heads scores every key."),
-        (-(-rest // (per_key // 2)), "that counts Q K^T only; the weighted sum P V costs as "
-                                     "much again."),
-        (_crossover(n_kv_heads=LLAMA3_8B.n_heads), "that gives W_K and W_V 32 heads; Llama 3 "
-                                                   "8B projects to G = 8 key/value heads."),
+    """Smallest N at which one cached decoding step of Llama 3 8B, and of Llama 3 70B, spends
+    at least as many multiply-adds on attention as on everything else. 8B's division is
+    exact and 70B's is not, so that rounding down is told apart from rounding up."""
+    expected = _crossovers()
+    return expected, (
+        (_crossovers(lambda shape, rest, per_key: -(-(rest - shape["d_model"]
+                                                       * shape["vocab_size"]) // per_key)),
+         "that leaves out the output head, d x N_T multiply-adds per token: count it with "
+         "the rest."),
+        (_crossovers(ffn="gelu"), "that counts two matrices in the feed-forward network; "
+                                  "SwiGLU has three (gate, up and down)."),
+        (_crossovers(lambda shape, rest, per_key: -(-rest * shape["n_heads"]
+                                                     // (per_key * shape["n_kv_heads"]))),
+         "that scores the keys once per KV head (G = 8); every one of the H query heads "
+         "scores every key."),
+        (_crossovers(lambda shape, rest, per_key: -(-rest // (per_key // 2))),
+         "that counts Q K^T only; the weighted sum P V costs as much again."),
+        (_crossovers(n_kv_heads=lambda shape: shape["n_heads"]),
+         "that gives W_K and W_V one head per query head; Llama 3 projects to G = 8 "
+         "key/value heads."),
+        (_crossovers(lambda shape, rest, per_key: rest // per_key),
+         "that rounds the division down: for Llama 3 70B attention is then still below the "
+         "rest. Round up, to the smallest N with N x 2 N_L H d_head >= the rest."),
+        (_crossovers(lambda shape, rest, per_key: rest // per_key + 1),
+         "that is where attention first exceeds the rest; the question asks for at least as "
+         "many, and for Llama 3 8B one key fewer already gives exactly as many."),
         (expected - 1, "one short: at that N attention is still below the rest; round up."),
         (expected + 1, "one too many: one key fewer already gives attention at least as many "
-                       "multiply-adds as the rest (here exactly as many)."),
+                       "multiply-adds as the rest."),
     )
-    return expected, hints, ("not quite: divide the multiply-adds of the rest of a step "
-                             "(projections, SwiGLU, output head) by those of attention per "
-                             "key, 2 N_L H d_head, and round up.")
 
 
 @whole_number("05.3", what="a whole number of tokens (an int)")
@@ -91,7 +107,6 @@ def _longest_context():
 # ---------------------------------------------------------------------------------------
 # implementation exercises
 
-import torch  # noqa: E402
 
 from attnlib.exercises.implement import (  # noqa: E402
     Case,

@@ -2,49 +2,78 @@
 
 from __future__ import annotations
 
-from attnlib.analysis.memory import LLAMA3_70B
+import math
+
+import torch
+
+from attnlib.analysis.memory import GEMMA3_27B, LLAMA3_70B
 from attnlib.core.heads import kv_head_index
-from attnlib.exercises import numbers, scalar, whole_number
+from attnlib.exercises import numbers, scalar
 
 
-@numbers("06.1", rel=1e-6, what="one number, multiply-adds per byte")
+def _per_model(formula) -> torch.Tensor:
+    """``formula(H, G, d_head, n_b)`` for a layer of Llama 3 70B and one of Gemma 3 27B, bf16."""
+    return torch.tensor([float(formula(m.n_heads, m.n_kv_heads, m.d_head, 2))
+                         for m in (LLAMA3_70B, GEMMA3_27B)], dtype=torch.float64)
+
+
+@numbers("06.1", rel=1e-6, what="two numbers, multiply-adds per byte, (Llama 3 70B, Gemma 3 27B)")
 def _decode_intensity():
     """Multiply-adds of one decoding step's attention per byte of bf16 cache it reads, in a
-    layer of Llama 3 70B: ``2 H N d_head / (2 G N d_head n_b) = H / (G n_b)``."""
-    n_heads, n_kv, d_head, n_b, n = (LLAMA3_70B.n_heads, LLAMA3_70B.n_kv_heads,
-                                     LLAMA3_70B.d_head, 2, 1000)
-    macs = 2 * n_heads * n * d_head  # every query head: N logits and a sum of N values
-    cache_bytes = 2 * n_kv * n * d_head * n_b  # K and V of the G key/value heads
-    expected = macs / cache_bytes
-    return scalar(expected), (
-        (scalar(n_heads / n_kv), "that is H / G = 8, multiply-adds per cached number (or per "
-                                 "byte of K alone): each bf16 number takes 2 bytes, and the "
-                                 "step reads K and V."),
-        (scalar(1 / n_b), "that is the multi-head layer (G = H); Llama 3 70B has G = 8 "
-                          "key/value heads for H = 64 query heads."),
-        (scalar(cache_bytes / macs), "that is bytes per multiply-add, the inverse."),
-        (scalar(expected / 2), "that is half: count both products, the logits and the "
-                               "weighted sum of the values, for all H = 64 query heads."),
+    layer of Llama 3 70B and one of Gemma 3 27B:
+    ``2 H N d_head / (2 G N d_head n_b) = H / (G n_b)``. Gemma's second number tells apart
+    the formulas that give Llama's 4 by chance (G / n_b, d_head / (2 G n_b))."""
+    n = 1000  # any N: it cancels
+    expected = _per_model(lambda H, G, d_head, n_b: (2 * H * n * d_head)  # logits and sums
+                          / (2 * G * n * d_head * n_b))  # K and V of the G key/value heads
+    return expected, (
+        (_per_model(lambda H, G, d_head, n_b: H / G),
+         "that is H / G, multiply-adds per cached number (or per byte of K alone): each bf16 "
+         "number takes 2 bytes, and the step reads K and V."),
+        (_per_model(lambda H, G, d_head, n_b: 1 / n_b),
+         "that is the multi-head layer (G = H); Llama 3 70B has G = 8 key/value heads for "
+         "H = 64 query heads, Gemma 3 27B G = 16 for H = 32."),
+        (1 / expected, "that is bytes per multiply-add, the inverse."),
+        (expected / 2, "that is half: count both products, the logits and the weighted sum "
+                       "of the values, for all H query heads."),
+        (_per_model(lambda H, G, d_head, n_b: G / n_b),
+         "that is G / n_b: the cache grows with G, so G divides; the arithmetic grows with "
+         "the H query heads, which multiply: H / (G n_b)."),
+        (_per_model(lambda H, G, d_head, n_b: d_head / (2 * G * n_b)),
+         "that is d_head / (2 G n_b): d_head cancels, since each multiply-add and each cached "
+         "number is one coordinate of a head; the H query heads do not, H / (G n_b)."),
     )
 
 
-@whole_number("06.2", what="a head index (an int)")
-def _kv_head_of_13():
-    """The key/value head that query head 13 reads when H = 32 and G = 8 (0-based)."""
-    n_heads, n_kv_heads, h = 32, 8, 13
-    expected = int(kv_head_index(n_heads, n_kv_heads)[h])
-    s = n_heads // n_kv_heads
-    hints = (
-        # h // G and h mod s are both 1 at h = 13; the 1-based answer and h / s rounded up, 4
-        (h // n_kv_heads, f"{h // n_kv_heads} is h // G (and h mod s): query head h reads KV "
-                          "head h // s, with the group size s = H / G = 4."),
-        (h % n_kv_heads, "that is h mod G, an interleaved grouping; PyTorch and Hugging Face "
-                         "group consecutive query heads, g(h) = h // s."),
-        ((h - 1) // s + 1, f"{(h - 1) // s + 1} is a 1-based answer (or h / s rounded up): heads "
-                           "count from 0, and g(h) = h // s rounds down."),
+def _kv_heads_of(formula) -> torch.Tensor:
+    """``formula(h, s, G)`` for query heads 13 and 23 of a layer with H = 32 and G = 8."""
+    return torch.tensor([float(formula(h, 32 // 8, 8)) for h in (13, 23)], dtype=torch.float64)
+
+
+@numbers("06.2", rel=0.0, what="two head indices (ints), for query heads 13 and 23")
+def _kv_heads_of_13_and_23():
+    """The key/value heads that query heads 13 and 23 read when H = 32 and G = 8 (0-based).
+    Head 23 tells apart rounding h / s to the nearest (23 / 4 = 5.75 gives 6), which at
+    head 13 (3.25) gives the right 3."""
+    kv = kv_head_index(32, 8)
+    expected = torch.tensor([float(kv[13]), float(kv[23])], dtype=torch.float64)
+    return expected, (
+        (_kv_heads_of(lambda h, s, G: h // G),
+         "that is h // G: query head h reads KV head h // s, with the group size "
+         "s = H / G = 4."),
+        (_kv_heads_of(lambda h, s, G: h % s),
+         "that is h mod s, the position of the query head inside its group; the group itself "
+         "is h // s, with s = H / G = 4."),
+        (_kv_heads_of(lambda h, s, G: h % G),
+         "that is h mod G, an interleaved grouping; PyTorch and Hugging Face group consecutive "
+         "query heads, g(h) = h // s."),
+        (_kv_heads_of(lambda h, s, G: (h - 1) // s + 1),
+         "that is a 1-based answer (or h / s rounded up): heads count from 0, and "
+         "g(h) = h // s rounds down."),
+        (_kv_heads_of(lambda h, s, G: math.floor(h / s + 0.5)),
+         "that rounds h / s to the nearest: query head 23 has h / s = 5.75 and reads KV "
+         "head 5; g(h) = h // s always rounds down."),
     )
-    return expected, hints, (f"not quite: with s = H / G = {s}, query head h reads KV head "
-                             "h // s.")
 
 
 @numbers("06.3", rel=1e-9, what="one number of entries (an int)")
@@ -67,7 +96,6 @@ def _weights_saved():
 # ---------------------------------------------------------------------------------------
 # implementation exercises
 
-import torch  # noqa: E402
 
 from attnlib.core.masks import causal_mask  # noqa: E402
 from attnlib.exercises.implement import (  # noqa: E402

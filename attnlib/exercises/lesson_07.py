@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from attnlib.analysis.memory import DEEPSEEK_V2, DEEPSEEK_V3, LLAMA3_8B
-from attnlib.exercises import numbers, scalar, whole_number
+import torch
+
+from attnlib.analysis.memory import DEEPSEEK_V2, DEEPSEEK_V3, LLAMA2_7B, LLAMA3_8B
+from attnlib.exercises import numbers, scalar
 from attnlib.layers.mla import MultiHeadLatentAttention
 
 
@@ -59,29 +61,41 @@ def _merged_count():
     )
 
 
-@whole_number("07.4", what="a whole number, a latent width")
+def _widths(formula) -> torch.Tensor:
+    """``formula(d_in, H, G, d_head)`` for Llama 3 8B and Llama 2 7B."""
+    return torch.tensor([float(formula(m.d_model, m.n_heads, m.n_kv_heads, m.d_head))
+                         for m in (LLAMA3_8B, LLAMA2_7B)], dtype=torch.float64)
+
+
+@numbers("07.4", rel=0.0, what="two whole numbers, latent widths, (Llama 3 8B, Llama 2 7B)")
 def _exact_latent_width():
-    """Smallest d_L at which mla_from_mha converts a Llama 3 8B layer exactly."""
-    llama = LLAMA3_8B
-    G, d_head, d_in = llama.n_kv_heads, llama.d_head, llama.d_model
-    hints = (
-        (G * d_head, "that holds the keys only; the latent must carry keys and values, "
-                     "[W_K | W_V]."),
-        # d_in = H d_head = 4096 in Llama 3 8B: the hint fits both
-        (d_in, "that is d_in (and H d_head): the rank of [W_K | W_V] is bounded by its rows "
-               "and by its columns, 2 G d_head, whichever is smaller."),
-        (2 * llama.n_heads * d_head, "that uses the 32 query heads; only the G = 8 key/value "
-                                     "heads have their own K and V."),
+    """Smallest d_L at which mla_from_mha converts a layer of Llama 3 8B, and one of Llama 2
+    7B, exactly: the rank bound of [W_K | W_V], min(d_in, 2 G d_head). In Llama 3 8B d_in / 2
+    and H d_head / 2 equal 2 G d_head; Llama 2 7B (G = H) tells them apart, and needs the
+    bound by d_in."""
+    expected = _widths(lambda d_in, H, G, d_head: min(d_in, 2 * G * d_head))
+    return expected, (
+        (_widths(lambda d_in, H, G, d_head: G * d_head),
+         "that holds the keys only; the latent must carry keys and values, [W_K | W_V]."),
+        # d_in = H d_head in both models: the hint fits both
+        (_widths(lambda d_in, H, G, d_head: d_in),
+         "that is d_in (and H d_head): the rank of [W_K | W_V] is bounded by its rows and by "
+         "its columns, 2 G d_head, whichever is smaller."),
+        (_widths(lambda d_in, H, G, d_head: 2 * H * d_head),
+         "that uses the query heads; only the G key/value heads have their own K and V (8 in "
+         "Llama 3 8B), and the rank is bounded by the d_in rows too."),
+        (_widths(lambda d_in, H, G, d_head: 2 * G * d_head),
+         "that leaves out the bound by the rows: in Llama 2 7B, 2 G d_head = 8192 columns "
+         "exceed d_in = 4096, and the rank is at most min(d_in, 2 G d_head)."),
+        (_widths(lambda d_in, H, G, d_head: d_in // 2),
+         "that is d_in / 2 (and H d_head / 2), which equals 2 G d_head in Llama 3 8B only by "
+         "chance: the rank of [W_K | W_V] is at most min(d_in, 2 G d_head)."),
     )
-    return min(d_in, 2 * G * d_head), hints, ("not quite: what is the largest rank the matrix "
-                                              "[W_K | W_V] of shape (d_in, 2 G d_head) can "
-                                              "have?")
 
 
 # ---------------------------------------------------------------------------------------
 # implementation exercises
 
-import torch  # noqa: E402
 
 from attnlib.exercises.implement import (  # noqa: E402
     Implementation,

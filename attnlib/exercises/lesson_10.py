@@ -50,6 +50,9 @@ def _optimal_columns():
     )
 
 
+ESS_DRAWS = 50  # m of exercise 10.3; N = 100 keys. With m = N, 1/sum_j P_j^2 would be the ESS.
+
+
 def _ess_example() -> tuple[torch.Tensor, torch.Tensor]:
     """Exercise 10.3's weights (0.9, 0.1/99, ..., 0.1/99) and the uniform proposal, N = 100."""
     P = torch.full((1, 100), 0.1 / 99, dtype=F64)
@@ -59,25 +62,31 @@ def _ess_example() -> tuple[torch.Tensor, torch.Tensor]:
 
 def _ess_mistakes() -> list[tuple[torch.Tensor, str]]:
     P, uniform = _ess_example()
-    expected = float(effective_sample_size(P, uniform, m=100)[0])
+    m, n = ESS_DRAWS, P.shape[-1]
+    expected = float(effective_sample_size(P, uniform, m=m)[0])
     squares = float(P.pow(2).sum())
     return [
-        (scalar(expected / 100), "that is the ESS per draw; the question asks for the "
-                                 "ESS of all 100 draws."),
-        # N = m = 100: N sum_j P_j^2 (the discount) and m sum_j P_j^2 are one number here
-        (scalar(100 * squares), "that is N sum_j P_j^2 = 1 + chi^2 (here also m sum_j P_j^2), "
-                                "the factor by which the draws are discounted: divide m by it."),
-        (scalar(100 / squares), "that is m / sum_j P_j^2, 100 times too large: the discount "
-                                "1 + chi^2 = sum_j P_j^2 / rho_j is N sum_j P_j^2 for the uniform "
-                                "rho_j = 1/N."),
+        (scalar(expected / m), f"that is the ESS per draw; the question asks for the ESS of "
+                               f"all {m} draws."),
+        (scalar(n * squares), "that is N sum_j P_j^2 = 1 + chi^2, the factor by which the "
+                              "draws are discounted: divide m by it."),
+        (scalar(m * squares), "that multiplies m by sum_j P_j^2; the draws are divided by the "
+                              "discount 1 + chi^2 = N sum_j P_j^2."),
+        (scalar(m / squares), f"that is m / sum_j P_j^2, {n} times too large: the discount "
+                              "1 + chi^2 = sum_j P_j^2 / rho_j is N sum_j P_j^2 for the uniform "
+                              "rho_j = 1/N."),
+        (scalar(1 / squares), "that is 1 / sum_j P_j^2, the effective number of keys, which "
+                              "counts keys, not draws: m uniform draws are worth m / N of it."),
+        (scalar(n / (m * squares)), "that swaps m and N: m draws over N keys are worth "
+                                    "m / (N sum_j P_j^2)."),
     ]
 
 
 @checker("10.3", mistakes=_ess_mistakes)
 def _uniform_ess(answer: object) -> str | None:
-    """ESS of m = 100 uniform draws for weights (0.9, 0.1/99, ..., 0.1/99) over N = 100 keys."""
+    """ESS of m = 50 uniform draws for weights (0.9, 0.1/99, ..., 0.1/99) over N = 100 keys."""
     P, uniform = _ess_example()
-    expected = float(effective_sample_size(P, uniform, m=100)[0])
+    expected = float(effective_sample_size(P, uniform, m=ESS_DRAWS)[0])
     got = as_tensor(answer)
     if got is not None and got.numel() == 1:
         answer = got.reshape(())  # one number, however it is wrapped

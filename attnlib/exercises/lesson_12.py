@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from attnlib.exercises import whole_number
+from attnlib.analysis.memory import LLAMA3_70B
+from attnlib.exercises import numbers
 from attnlib.exercises.implement import Implementation, Mistake, function_case, implementation
 from attnlib.exercises.implement import randn as _randn
 from attnlib.layers.norms import rms_norm
@@ -53,18 +54,36 @@ def _next_char_logits() -> Implementation:
         ))
 
 
-@whole_number("12.2", what="one whole number of bytes", floats="whole")
+def _cache_bytes(formula) -> torch.Tensor:
+    """``formula(N_L, H, G, d_head, n_b, N)`` for book at G = 1 in float32 and for Llama 3 70B
+    in bf16, 40 tokens each."""
+    shapes = ((4, 4, 1, 16, 4, 40),  # book converted to G = 1, float32
+              (LLAMA3_70B.n_layers, LLAMA3_70B.n_heads, LLAMA3_70B.n_kv_heads,
+               LLAMA3_70B.d_head, 2, 40))
+    return torch.tensor([float(formula(*shape)) for shape in shapes], dtype=torch.float64)
+
+
+@numbers("12.2", rel=0.0, what="two whole numbers of bytes, (book, Llama 3 70B)")
 def _cache_after_prompt():
-    """Bytes the float32 caches of book and its G = 1 conversion hold after 40 characters."""
-    n_layers, n_heads, d_head, n_tokens, G = 4, 4, 16, 40, 1
-    full = 2 * n_layers * n_heads * d_head * 4 * n_tokens
-    grouped = 2 * n_layers * G * d_head * 4 * n_tokens
-    return grouped, (
-        (full, "that is the full multi-head cache (G = H = 4); with G = 1 each layer keeps "
-               "one key head and one value head."),
-        (grouped // 2, "a layer keeps a key and a value per KV head: count both (the factor 2)."),
-        # N_L = 4 and float32's 4 bytes: a quarter is either slip
-        (grouped // 4, "that is a quarter: count every one of the 4 layers, each with its own "
-                       "cache, and 4 bytes per float32 number."),
-        (grouped * 2, "the shipped weights are float32, 4 bytes a number, not 8."),
-    ), "count 2 N_L G d_head numbers per token, 4 bytes each, for 40 tokens."
+    """Bytes the float32 caches of book's G = 1 conversion hold after 40 characters, and those
+    of Llama 3 70B in bf16 after 40 tokens: 2 N_L G d_head n_b N. In book N_L = H = 4 = the
+    bytes of a float32, so formulas that swap them give book's number; Llama 3 70B's
+    (80 layers, H = 64, G = 8, 2 bytes) tells them apart."""
+    expected = _cache_bytes(lambda n_l, h, g, d, n_b, n: 2 * n_l * g * d * n_b * n)
+    return expected, (
+        (_cache_bytes(lambda n_l, h, g, d, n_b, n: 2 * n_l * h * d * n_b * n),
+         "that is the full multi-head cache (G = H); a layer keeps a key and a value for each "
+         "of its G key/value heads: 1 in book's G = 1 conversion, 8 in Llama 3 70B."),
+        (expected / 2, "a layer keeps a key and a value per KV head: count both (the factor 2)."),
+        (_cache_bytes(lambda n_l, h, g, d, n_b, n: 2 * g * d * n_b * n),
+         "that is one layer: count every layer, each with its own cache, 4 in book and 80 in "
+         "Llama 3 70B."),
+        (_cache_bytes(lambda n_l, h, g, d, n_b, n: 2 * n_l * g * d * n),
+         "that counts numbers, not bytes: each takes 4 bytes in float32 (book) and 2 in bf16 "
+         "(Llama 3 70B)."),
+        (_cache_bytes(lambda n_l, h, g, d, n_b, n: 2 * n_l * g * d * 8 * n if n_b == 4
+                      else 2 * n_l * g * d * n_b * n),
+         "the shipped weights of book are float32, 4 bytes a number, not 8."),
+        (_cache_bytes(lambda n_l, h, g, d, n_b, n: 2 * n_l * g * d * 4 * n),
+         "Llama 3 70B's cache is in bf16, 2 bytes a number, not float32's 4."),
+    )

@@ -399,7 +399,8 @@ def _backward_catalogue(which: str):
              "(tl.trans(ds))."),
             ("first tile counted in BLOCK_N", (("// BLOCK_M * BLOCK_M", "// BLOCK_N * BLOCK_N"),),
              "the first query tile is a multiple of BLOCK_M, the query tiles' height: "
-             "max(0, start_n * BLOCK_N - (M - N)) // BLOCK_M * BLOCK_M. Rounded down to a "
+             "max(0, n0 - (M - N)) // BLOCK_M * BLOCK_M, n0 = pid * BLOCK_N the key tile's first "
+             "row. Rounded down to a "
              "multiple of BLOCK_N it starts early when BLOCK_N > BLOCK_M, at tiles none of "
              "whose queries sees these keys.", True),
         ]

@@ -15,8 +15,9 @@ at ``h * stride_qh + i * stride_qn + c``; ``K``, ``V``, ``dK`` and ``dV`` the sa
 ``stride_kh`` and ``stride_kn``; ``L`` and ``D`` hold head ``h``, row ``i`` at ``h * N + i``.
 
 Imported on first use of a lesson 13 check, since it imports triton (through
-:mod:`attnlib.kernels.triton_flash`, which switches the interpreter on when no CUDA is
-present).
+:mod:`attnlib.kernels.triton_flash`). Without a CUDA device the kernels run in Triton's
+interpreter, which the process must switch on itself (``TRITON_INTERPRET=1`` before the
+first kernel is defined: lesson 13's second cell does it); attnlib never sets it.
 
 Lesson: 13_attention_as_a_kernel.
 """

@@ -39,7 +39,7 @@ import torch
 import triton
 import triton.language as tl
 
-import attnlib.kernels.triton_flash as _flash  # sets TRITON_INTERPRET before a kernel is made
+import attnlib.kernels.triton_flash as _flash
 from attnlib.exercises.implement import CheckFailedError
 
 __all__ = ["GUARD", "UNWRITTEN", "CheckFailedError", "DotCount", "Guarded", "counted_dots",

@@ -5,6 +5,8 @@
                     recomputes P from L, in plain torch                      (lesson 13)
 - ``triton_flash``  FlashAttention-2's forward and backward as Triton kernels (causal,
                     grouped-query) behind ``flash_attention``                (13)
+- ``paged_decode``  a decoding step through a paged cache's block tables, as a Triton
+                    kernel (imports Triton; attnlib.serving.paged calls it)  (11)
 
 Importing ``attnlib.kernels`` imports no Triton: ``attnlib.kernels.triton_flash`` does, on
 first use. Its kernels are compiled for a CUDA GPU, or run on the CPU in Triton's interpreter

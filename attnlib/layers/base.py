@@ -18,7 +18,9 @@ queries into the latent's coordinates). The attend step is the function
 :data:`attnlib.core.functional.ATTENTION_FUNCTIONS` holds for ``impl`` (PyTorch's fused
 kernel, or ``Z^-1 A V`` as written), or the one a reader installed with :meth:`use`
 (:meth:`attnlib.layers.blocks.TinyDecoder.with_attention` does it for a whole model):
-``forward`` calls it for every layer, whatever its kind. A subclass replaces only the step
+``forward`` calls it for every layer, whatever its kind. Keys and values a paged cache
+returns (:class:`~attnlib.serving.paged.PagedBlocks`) are read through their block tables by
+:func:`~attnlib.serving.paged.paged_attention` instead. A subclass replaces only the step
 it changes: gated attention its ``combine``, sliding-window attention its ``mask`` and its
 cache, MLA its ``project``, ``heads`` and ``combine``.
 
@@ -40,6 +42,7 @@ from attnlib.core.functional import ATTENTION_FUNCTIONS, IMPLS, AttendFn
 from attnlib.core.rope import RopeScaling, RopeTables, rope_rotate, rope_tables
 from attnlib.device import work_dtype
 from attnlib.serving.cache import Cache
+from attnlib.serving.paged import PagedBlocks, paged_attention
 
 __all__ = ["AttendFn", "AttentionLayer", "RopeFn"]
 
@@ -123,6 +126,8 @@ class AttentionLayer(nn.Module):
         Q, K, V = self.heads(Q, *kv, **options)  # (..., H, N_Q, d), (..., G, N_KV, d) twice
         mask = self.mask(mask, Q, K)  # (..., 1, N_Q, N_KV): one mask for every head
         attend = self.attend_fn or ATTENTION_FUNCTIONS[impl]  # a reader's, or PyTorch's
+        if isinstance(K, PagedBlocks):  # a paged cache: read in place through the block tables
+            attend = paged_attention
         scale = {} if self.scale is None else {"scale": self.scale}  # MLA: not 1/sqrt(d)
         Y = attend(Q, K, V, mask=mask, causal=causal, **scale)  # Y_h = Z_h^-1 A_h V_g(h)
         return self.combine(Y, X, **options)  # (..., N_Q, d_out)

@@ -2,8 +2,8 @@
 
 - ``cache``        the cache protocol; KV, static, latent and window caches (lessons 05, 07)
 - ``sampling``     temperature, top-k, top-p and min-p, a seeded draw        (11)
-- ``paged``        a paged KV cache: blocks, a free list, block tables      (11)
-- ``batching``     continuous batching over paged caches                     (11)
+- ``paged``        a paged KV cache: one pool of blocks, block tables, prefix sharing (11)
+- ``batching``     continuous batching: scheduler, engine, preemption          (11)
 - ``speculative``  speculative decoding: a draft proposes, the target checks (11)
 - ``quant``        int8/int4 quantised KV caches and their errors            (11)
 - ``streaming``    a rolling KV cache with attention sinks                   (11)

@@ -4,25 +4,31 @@ A server holds requests ``r`` with a prompt of ``P_r`` tokens, a number ``T_r`` 
 to generate and an arrival step ``a_r``. *Static* batching groups ``b`` requests, waits
 for the last of them, prefills them together and decodes until the longest is done: a
 request that finishes early leaves an idle row, and a request that arrives waits for the
-whole batch before it. *Continuous* batching (Yu et al., Orca; vLLM) schedules per step:
+whole batch before it. *Continuous* batching (Yu et al., Orca; vLLM) schedules per step.
+The engine is nano-vllm's, in three parts:
 
-    at step t:  admit the arrived requests while a row and the blocks are free;
-                one forward pass over every running request: a chunk of at most
-                ``chunk`` prompt tokens for a request still prefilling, its last token
-                for one decoding; each request whose prompt is done emits a token;
-                a request with ``T_r`` tokens leaves, and its blocks go back to the pool.
+* :meth:`Scheduler.schedule` picks the pass: every running sequence adds its next tokens (a
+  chunk of at most ``chunk`` tokens of its prompt, or its last token), taking a block when
+  its last is full; when the pool has no block left, the sequence admitted last is
+  *preempted* by recomputation: its blocks go back to the pool, and it waits, first in
+  line, to be prefilled again, prompt and generated tokens together. Then waiting requests
+  are admitted while a row is free and the free list holds the blocks of their known
+  tokens; the leading blocks already in the pool, found by hash, are shared, and the
+  others are taken pass by pass, as the tokens are written.
+* :meth:`Engine.step` runs the pass: the scheduled tokens of every sequence laid end to
+  end in one row, each at its own positions, through one :class:`~attnlib.serving.paged.
+  PagedKVCache`; attention reads each sequence's keys and values through its block table,
+  so no row is padded and no mask is needed.
+* :meth:`Scheduler.postprocess` reads the pass: a sequence whose known tokens are all in the
+  cache emits its next token (greedy), the full blocks are hashed for later sharing, and a
+  finished request leaves, its blocks back in the pool.
 
-Prefill and decoding share the pass: the rows are left-padded to the longest chunk, each
-layer's :class:`~attnlib.serving.paged.PagedKVCache` is told which real rows each sequence adds
-(:meth:`~attnlib.serving.paged.PagedKVCache.select`), and the ``attention_mask`` of
-:func:`attnlib.serving.paged.batch_mask` hides the pads, so the positions count each request's own
-tokens and each request computes what it computes alone (up to float rounding: the
-reductions run over padded widths).
-
-:func:`continuous_batching` runs it on a :class:`~attnlib.layers.blocks.TinyDecoder` (greedy) and
-returns each request's tokens with the counts; :func:`static_batching_counts` counts the
-same requests under static batching, in closed form. The figure of merit is *tokens per
-forward pass*: real tokens (prompt and generated) processed per pass.
+:func:`continuous_batching` runs it on a :class:`~attnlib.layers.blocks.TinyDecoder` and
+returns each request's tokens, equal to what the request generates alone, with the counts.
+``reserve=True`` admits a request only when the pool holds its worst case, prompt plus
+``max_new_tokens`` blocks, taken at admission, as a contiguous server must: the baseline
+that paging exists to beat. :func:`static_batching_counts` counts the same requests under
+static batching, in closed form. The figure of merit is *tokens per forward pass*.
 
 Lesson: 11_serving (05_kv_cache for the cache itself).
 """
@@ -30,27 +36,31 @@ Lesson: 11_serving (05_kv_cache for the cache itself).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
 
-from attnlib._checks import check_nonnegative_int, check_positive_int
-from attnlib.serving.paged import PagedKVCache, batch_mask
+from attnlib._checks import check_bool, check_nonnegative_int, check_positive_int
+from attnlib.serving.paged import BlockManager, PagedKVCache, Sequence
 
-__all__ = ["BatchCounts", "BatchResult", "Request", "continuous_batching", "static_batching_counts"]
+__all__ = ["BatchCounts", "BatchResult", "Engine", "Request", "Scheduler", "continuous_batching",
+           "static_batching_counts"]
 
 
 class Request(NamedTuple):
     """A request: its prompt ids, how many tokens to generate, the step it arrives at."""
 
-    prompt: Sequence[int]
+    prompt: Seq[int]
     max_new_tokens: int
     arrival: int = 0
 
 
 class BatchCounts(NamedTuple):
-    """What a schedule cost: forward passes, real tokens processed, row slots of the passes."""
+    """What a schedule cost: forward passes, real tokens processed, positions computed
+    (a padded batch computes its pads too; a packed pass computes only real tokens)."""
 
     forward_passes: int
     tokens: int
@@ -64,13 +74,191 @@ class BatchCounts(NamedTuple):
 
 class BatchResult(NamedTuple):
     """Each request's generated ids, its logits at each emitted token, the schedule's counts
-    and the log of each step (the running requests and their chunk sizes)."""
+    and the log of each pass: ``step``, ``running`` (the requests of the pass, in order),
+    ``n_new`` (the tokens each adds), ``blocks`` (each one's block table after the pass),
+    ``preempted`` (the requests preempted before it) and ``waiting`` (arrived, not running)."""
 
     outputs: list[list[int]]
     logits: list[torch.Tensor]
     counts: BatchCounts
     steps: list[dict]
 
+    @property
+    def peak_running(self) -> int:
+        """The most requests in one pass."""
+        return max(len(s["running"]) for s in self.steps)
+
+    @property
+    def mean_running(self) -> float:
+        """Requests per pass, on average."""
+        return sum(len(s["running"]) for s in self.steps) / len(self.steps)
+
+    @property
+    def preemptions(self) -> int:
+        """How many times a request was preempted."""
+        return sum(len(s["preempted"]) for s in self.steps)
+
+
+@dataclass(eq=False)
+class Running(Sequence):
+    """A request's sequence: the cache's :class:`~attnlib.serving.paged.Sequence` (tokens,
+    block table) with the request's prompt length, budget and emitted logits."""
+
+    n_prompt: int = 0
+    max_new_tokens: int = 0
+    logits: list[torch.Tensor] = field(default_factory=list)
+
+    @property
+    def outputs(self) -> list[int]:
+        """The tokens generated so far."""
+        return self.tokens[self.n_prompt:]
+
+    @property
+    def done(self) -> bool:
+        """Whether every token it asked for is generated."""
+        return len(self.tokens) - self.n_prompt == self.max_new_tokens
+
+
+class Scheduler:
+    """Which sequences a pass holds, and how many tokens each adds: nano-vllm's scheduler.
+
+    Args:
+        manager: the cache's :class:`~attnlib.serving.paged.BlockManager`.
+        max_batch: the most sequences in one pass.
+        chunk: the most known tokens (prompt, or prompt and output after a preemption) a
+            sequence reads in one pass (None: all at once).
+        reserve: admit a sequence only with blocks for its worst case, prompt plus
+            ``max_new_tokens``, taken at admission (then no preemption is ever needed).
+
+    Attributes:
+        waiting: arrived sequences not running, first in line first.
+        running: the running sequences, in admission order.
+    """
+
+    def __init__(self, manager: BlockManager, *, max_batch: int, chunk: int | None = None,
+                 reserve: bool = False) -> None:
+        self.manager, self.max_batch, self.chunk, self.reserve = manager, max_batch, chunk, reserve
+        self.waiting: deque[Running] = deque()
+        self.running: list[Running] = []
+
+    def add(self, seq: Running) -> None:
+        """A request arrives: it waits behind the others."""
+        self.waiting.append(seq)
+
+    def is_finished(self) -> bool:
+        """Nothing waits and nothing runs."""
+        return not self.waiting and not self.running
+
+    def next_tokens(self, seq: Running) -> int:
+        """How many tokens ``seq`` adds in its next pass: a chunk of what it has not read, or
+        its last token."""
+        left = len(seq.tokens) - seq.n_cached
+        return left if self.chunk is None else min(self.chunk, left)
+
+    def schedule(self) -> tuple[list[tuple[Running, int]], list[Running]]:
+        """The next pass, ``[(sequence, tokens it adds), ...]``, and the sequences preempted
+        to make room for it."""
+        batch, preempted = [], []
+        i = 0
+        while i < len(self.running):  # the running sequences, oldest first
+            seq, n = self.running[i], self.next_tokens(self.running[i])
+            while not self.manager.can_grow(seq, n):  # no block left: the newest makes room
+                victim = self.running[-1]
+                self.preempt(victim)
+                preempted.append(victim)
+                if victim is seq:
+                    break
+            if seq in preempted:
+                break
+            self.manager.grow(seq, n)
+            batch.append((seq, n))
+            i += 1
+        while not preempted and self.waiting and len(self.running) < self.max_batch:
+            seq = self.waiting[0]  # admit in order, while the blocks of its tokens are free
+            worst = seq.n_prompt + seq.max_new_tokens - 1  # the most it will hold
+            if not self.manager.can_allocate(seq, worst if self.reserve else len(seq.tokens)):
+                break
+            self.manager.allocate(seq, worst if self.reserve else 0)  # shares its prefix
+            n = self.next_tokens(seq)
+            self.manager.grow(seq, n)  # the blocks of this pass's tokens
+            self.running.append(self.waiting.popleft())
+            batch.append((seq, n))
+        return batch, preempted
+
+    def preempt(self, seq: Running) -> None:
+        """Recompute ``seq`` later: its blocks go back to the pool, and it waits first in line."""
+        self.running.remove(seq)
+        self.manager.deallocate(seq)
+        self.waiting.appendleft(seq)
+
+    def postprocess(self, batch: list[tuple[Running, int]], logits: torch.Tensor) -> list[Running]:
+        """After the pass: emit a token where every known token is read, hash the full
+        blocks, retire the finished sequences; return them."""
+        finished = []
+        for (seq, _), z in zip(batch, logits, strict=True):
+            self.manager.hash_blocks(seq)
+            if seq.n_cached < len(seq.tokens):
+                continue  # more of its known tokens to read: no token yet
+            seq.tokens.append(int(z.argmax()))
+            seq.logits.append(z.clone())
+            if seq.done:
+                self.running.remove(seq)
+                self.manager.deallocate(seq)
+                finished.append(seq)
+        return finished
+
+
+class Engine:
+    """A model, its paged cache and a scheduler: nano-vllm's ``LLMEngine``, greedy.
+
+    ``add_request`` queues a request; ``step`` runs one forward pass (schedule, run,
+    postprocess) and returns its log entry.
+
+    Args:
+        model: a :class:`~attnlib.layers.blocks.TinyDecoder` whose attention keeps ``K, V``.
+        n_blocks, block_size: the pool.
+        max_batch, chunk, reserve: the :class:`Scheduler`'s.
+    """
+
+    def __init__(self, model, *, n_blocks: int, block_size: int, max_batch: int,
+                 chunk: int | None = None, reserve: bool = False) -> None:
+        self.model = model
+        self.cache = PagedKVCache(len(model.blocks), n_blocks, block_size)
+        self.scheduler = Scheduler(self.cache.manager, max_batch=max_batch, chunk=chunk,
+                                   reserve=reserve)
+
+    def add_request(self, request: Request, seq_id: object) -> Running:
+        """Queue ``request`` under the name ``seq_id``; return its sequence."""
+        seq = Running(seq_id, tokens=list(request.prompt), n_prompt=len(request.prompt),
+                      max_new_tokens=request.max_new_tokens)
+        self.scheduler.add(seq)
+        return seq
+
+    @torch.no_grad()
+    def step(self) -> dict:
+        """One forward pass: schedule it, run it, read it. Returns what it did."""
+        batch, preempted = self.scheduler.schedule()
+        log = {"running": [seq.seq_id for seq, _ in batch], "n_new": [n for _, n in batch],
+               "blocks": {seq.seq_id: list(seq.block_table) for seq, _ in batch},
+               "preempted": [seq.seq_id for seq in preempted],
+               "waiting": [seq.seq_id for seq in self.scheduler.waiting]}
+        if batch:
+            self.scheduler.postprocess(batch, self.run(batch))
+        return log
+
+    def run(self, batch: list[tuple[Running, int]]) -> torch.Tensor:
+        """The pass: the tokens of every sequence end to end, each at its own positions;
+        returns each sequence's last logits ``(S, vocab_size)``."""
+        device = self.model.E.device
+        ids, positions, ends = [], [], []
+        for seq, n in batch:
+            ids.extend(seq.tokens[seq.n_cached:seq.n_cached + n])
+            positions.extend(range(seq.n_cached, seq.n_cached + n))
+            ends.append(len(ids) - 1)
+        self.cache.schedule(batch)
+        logits = self.model(torch.tensor([ids], device=device), caches=self.cache.layers,
+                            positions=torch.tensor([positions], device=device))
+        return logits[0, ends]
 
 
 def _check_requests(requests: object) -> list[Request]:
@@ -88,18 +276,23 @@ def _check_requests(requests: object) -> list[Request]:
 
 
 @torch.no_grad()
-def continuous_batching(model, requests: Sequence[Request], *, max_batch: int = 4,
+def continuous_batching(model, requests: Seq[Request], *, max_batch: int = 4,
                         n_blocks: int = 256, block_size: int = 16, chunk: int | None = None,
-                        check: bool = True) -> BatchResult:
-    """Greedy generation for every request, scheduled continuously through paged caches.
+                        reserve: bool = False) -> BatchResult:
+    """Greedy generation for every request, scheduled continuously through a paged cache.
+
+    At step ``t`` the requests with ``arrival <= t`` join the queue, and one
+    :meth:`Engine.step` runs; a step with nothing to run passes without a forward pass.
 
     Args:
         model: a :class:`~attnlib.layers.blocks.TinyDecoder` whose attention keeps ``K, V``.
         requests: the :class:`Request` s, in arrival order (ties kept in list order).
-        max_batch: the most requests running at once (rows of a pass).
-        n_blocks, block_size: each layer's block pool.
+        max_batch: the most requests running at once (sequences of a pass).
+        n_blocks, block_size: the pool of blocks, for every layer.
         chunk: the most prompt tokens a request prefills in one pass (None: all at once).
-        check: validate the arguments first (the default).
+        reserve: take each request's worst case, prompt plus ``max_new_tokens``, in blocks
+            at admission, and never preempt (the baseline); False takes blocks as the
+            sequences grow and preempts when the pool runs out.
 
     Returns:
         A :class:`BatchResult`; ``outputs[r]`` equals ``model.generate(prompt_r,
@@ -109,86 +302,42 @@ def continuous_batching(model, requests: Sequence[Request], *, max_batch: int = 
         >>> from attnlib.layers.blocks import TinyDecoder
         >>> model = TinyDecoder(vocab_size=20, d_model=16, n_layers=2, n_heads=2, seed=0)
         >>> res = continuous_batching(model, [Request([1, 2, 3], 4), Request([5], 2, 1)])
-        >>> res.counts
-        BatchCounts(forward_passes=4, tokens=8, slots=8)
+        >>> res.counts, res.peak_running
+        (BatchCounts(forward_passes=4, tokens=8, slots=8), 2)
     """
-    if check:
-        requests = _check_requests(requests)
-        check_positive_int("max_batch", max_batch)
-        check_positive_int("n_blocks", n_blocks)
-        check_positive_int("block_size", block_size)
-        if chunk is not None:
-            check_positive_int("chunk", chunk)
-    requests = [Request(*r) for r in requests]
-    device = model.E.device
-    caches = [PagedKVCache(n_blocks, block_size) for _ in model.blocks]
-    pool = caches[0].allocator
-    waiting = sorted(range(len(requests)), key=lambda r: (requests[r].arrival, r))
-    running: list[int] = []
-    done_prompt = [0] * len(requests)  # prompt tokens already in the cache
-    outputs: list[list[int]] = [[] for _ in requests]
-    logits_out: list[list[torch.Tensor]] = [[] for _ in requests]
-    passes = tokens = slots = 0
+    requests = _check_requests(requests)
+    check_positive_int("max_batch", max_batch)
+    check_positive_int("n_blocks", n_blocks)
+    check_positive_int("block_size", block_size)
+    if chunk is not None:
+        check_positive_int("chunk", chunk)
+    check_bool("reserve", reserve)
+    for r, request in enumerate(requests):  # the most a request ever holds must fit
+        need = math.ceil((len(request.prompt) + request.max_new_tokens - 1) / block_size)
+        if need > n_blocks:
+            raise ValueError(f"n_blocks must hold request {r}'s {need} blocks; got {n_blocks}")
+    engine = Engine(model, n_blocks=n_blocks, block_size=block_size, max_batch=max_batch,
+                    chunk=chunk, reserve=reserve)
+    order = sorted(range(len(requests)), key=lambda r: (requests[r].arrival, r))
+    sequences: dict[int, Running] = {}
     steps: list[dict] = []
-    t = 0
-    while waiting or running:
-        # admit: a free row and blocks for the whole request (no preemption)
-        reserved = sum(math.ceil((len(requests[r].prompt) + requests[r].max_new_tokens)
-                                 / block_size) for r in running)
-        while waiting and requests[waiting[0]].arrival <= t and len(running) < max_batch:
-            r = waiting[0]
-            need = math.ceil((len(requests[r].prompt) + requests[r].max_new_tokens) / block_size)
-            if reserved + need > n_blocks:
-                if not running:
-                    raise ValueError(f"n_blocks must hold request {r}'s {need} blocks; "
-                                     f"got {n_blocks}")
-                break
-            running.append(waiting.pop(0))
-            reserved += need
-        if not running:
-            t += 1
-            continue
-        rows, counts = [], []
-        for r in running:
-            P = requests[r].prompt
-            if done_prompt[r] < len(P):  # still prefilling: its next chunk
-                left = len(P) - done_prompt[r]
-                n = left if chunk is None else min(chunk, left)
-                rows.append(list(P[done_prompt[r]: done_prompt[r] + n]))
-            else:  # decoding: its last token
-                rows.append([outputs[r][-1]])
-            counts.append(len(rows[-1]))
-        N = max(counts)
-        ids = torch.tensor([[0] * (N - len(x)) + x for x in rows], device=device)  # left pads
-        for cache in caches:
-            cache.select(running, counts, check=False)
-        mask = batch_mask(caches[0].lengths, counts, N, device=device)
-        logits = model(ids, caches=caches, attention_mask=mask)  # (B, N, V)
-        passes, tokens, slots = passes + 1, tokens + sum(counts), slots + len(running) * N
-        steps.append({"step": t, "running": list(running), "n_new": list(counts),
-                      "blocks": {r: list(pool.tables[r]) for r in running}})
-        finished = []
-        for b, r in enumerate(running):
-            if done_prompt[r] < len(requests[r].prompt):
-                done_prompt[r] += counts[b]
-                if done_prompt[r] < len(requests[r].prompt):
-                    continue  # more of the prompt to come: no token yet
-            z = logits[b, -1]
-            outputs[r].append(int(z.argmax()))
-            logits_out[r].append(z.clone())
-            if len(outputs[r]) == requests[r].max_new_tokens:
-                finished.append(r)
-        for r in finished:
-            running.remove(r)
-            for cache in caches:
-                cache.release(r)
+    t = tokens = 0
+    while order or not engine.scheduler.is_finished():
+        while order and requests[order[0]].arrival <= t:
+            r = order.pop(0)
+            sequences[r] = engine.add_request(requests[r], r)
+        if not engine.scheduler.is_finished():
+            log = engine.step()
+            if log["running"]:
+                steps.append({"step": t, **log})
+                tokens += sum(log["n_new"])
         t += 1
-    return BatchResult(outputs, [torch.stack(z) for z in logits_out],
-                       BatchCounts(passes, tokens, slots), steps)
+    outputs = [sequences[r].outputs for r in range(len(requests))]
+    logits = [torch.stack(sequences[r].logits) for r in range(len(requests))]
+    return BatchResult(outputs, logits, BatchCounts(len(steps), tokens, tokens), steps)
 
 
-def static_batching_counts(requests: Sequence[Request], *, max_batch: int = 4,
-                           check: bool = True) -> BatchCounts:
+def static_batching_counts(requests: Seq[Request], *, max_batch: int = 4) -> BatchCounts:
     """The counts of static batching: groups of ``max_batch`` in arrival order.
 
     Each group prefills its prompts in one pass (padded to the longest, ``max P`` slots a
@@ -203,10 +352,8 @@ def static_batching_counts(requests: Sequence[Request], *, max_batch: int = 4,
         >>> static_batching_counts([Request([1, 2, 3], 4), Request([5], 2, 1)])
         BatchCounts(forward_passes=4, tokens=8, slots=12)
     """
-    if check:
-        requests = _check_requests(requests)
-        check_positive_int("max_batch", max_batch)
-    reqs = [Request(*r) for r in requests]
+    reqs = _check_requests(requests)
+    check_positive_int("max_batch", max_batch)
     order = sorted(range(len(reqs)), key=lambda r: (reqs[r].arrival, r))
     passes = tokens = slots = 0
     for i in range(0, len(order), max_batch):

@@ -12,7 +12,7 @@ curve), the layer schedule (one layer reading the whole context in every ``r``,
 The figure function takes keyword parameters, returns a ``go.Figure`` with rounded data and
 never shows it; the numbers themselves come from :mod:`attnlib.analysis`.
 
-Lesson: 15_your_2026_model.
+Lesson: 09_frontier (the designs it draws).
 """
 
 from __future__ import annotations

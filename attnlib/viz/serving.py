@@ -39,7 +39,8 @@ def schedule(max_batch: int = 3, chunk: int = 8) -> tuple[dict, ...]:
     small random decoder runs it.
     """
     model = TinyDecoder(vocab_size=8, d_model=8, n_layers=1, n_heads=1, seed=0)
-    requests = [Request([1] * P, T, a) for P, T, a in SERVING_REQUESTS]
+    # each prompt of its own character, so that no request finds another's blocks to share
+    requests = [Request([r + 1] * P, T, a) for r, (P, T, a) in enumerate(SERVING_REQUESTS)]
     res = continuous_batching(model, requests, max_batch=max_batch, n_blocks=N_BLOCKS,
                               block_size=BLOCK_SIZE, chunk=chunk)
     held = [0] * len(requests)

@@ -8,12 +8,17 @@ from planted import Planted
 
 # 05.1: 32 layers, 8 KV heads of 128, FP8, 16 sequences of 32,768 tokens
 PER_TOKEN_FP8 = 2 * 32 * 8 * 128 * 1
-# 05.2: Llama 3 8B, counted by hand per token of a cached step
+# 05.2: Llama 3 8B and Llama 3 70B, counted by hand per token of a cached step
+def _step(n_l, d, h, g, d_head, d_ff, n_t):
+    """(projections, SwiGLU, head, attention per key) of one cached step."""
+    projections = n_l * (d * h * d_head + 2 * d * g * d_head + h * d_head * d)
+    return projections, n_l * 3 * d * d_ff, d * n_t, 2 * n_l * h * d_head
+
+
 N_L, D, H, G, D_HEAD, D_FF, N_T = 32, 4096, 32, 8, 128, 14_336, 128_256
-PROJECTIONS = N_L * (D * H * D_HEAD + 2 * D * G * D_HEAD + H * D_HEAD * D)
-SWIGLU = N_L * 3 * D * D_FF
-HEAD = D * N_T
-PER_KEY = 2 * N_L * H * D_HEAD
+PROJECTIONS, SWIGLU, HEAD, PER_KEY = _step(N_L, D, H, G, D_HEAD, D_FF, N_T)
+PROJECTIONS_70, SWIGLU_70, HEAD_70, PER_KEY_70 = _step(80, 8192, 64, 8, 128, 28_672, N_T)
+REST, REST_70 = PROJECTIONS + SWIGLU + HEAD, PROJECTIONS_70 + SWIGLU_70 + HEAD_70
 # 05.3: 80 GB, Llama 3 8B's 8.03 billion weights in bf16, 131,072 bytes of cache per token
 WEIGHTS = 8_030_261_248
 PER_TOKEN = 2 * 32 * 8 * 128 * 2
@@ -132,17 +137,25 @@ PLANTED = [
             avoid=r"GiB|GB|one sequence|keys only|single token|bf16"),
     Planted("05.1", "a bf16 cache", 2 * PER_TOKEN_FP8 * 16 * 32_768, names=r"2-byte|bf16"),
     Planted("05.1", "in GiB", PER_TOKEN_FP8 * 16 * 32_768 / 2**30, names=r"GiB"),
-    # 05.2: the N from which attention reaches the rest
-    Planted("05.2", "the output head left out", _ceil(PROJECTIONS + SWIGLU, PER_KEY),
+    # 05.2: the N from which attention reaches the rest, (Llama 3 8B, Llama 3 70B)
+    Planted("05.2", "the output head left out",
+            (_ceil(PROJECTIONS + SWIGLU, PER_KEY), _ceil(PROJECTIONS_70 + SWIGLU_70, PER_KEY_70)),
             names=r"output head"),
-    Planted("05.2", "more than, not at least as many", (PROJECTIONS + SWIGLU + HEAD) // PER_KEY + 1,
-            names=r"at least as many"),
-    Planted("05.2", "Q K^T only per key", _ceil(PROJECTIONS + SWIGLU + HEAD, PER_KEY // 2),
-            names=r"Q K\^T only"),
-    Planted("05.2", "a plain MLP with d_ff = 4d", _ceil(
-        PROJECTIONS + N_L * 2 * D * 4 * D + HEAD, PER_KEY)),
-    Planted("05.2", "W_O left out", _ceil(PROJECTIONS - N_L * H * D_HEAD * D + SWIGLU + HEAD,
-                                          PER_KEY)),
+    Planted("05.2", "more than, not at least as many",
+            (REST // PER_KEY + 1, REST_70 // PER_KEY_70 + 1), names=r"at least as many"),
+    Planted("05.2", "Q K^T only per key",
+            (_ceil(REST, PER_KEY // 2), _ceil(REST_70, PER_KEY_70 // 2)), names=r"Q K\^T only"),
+    Planted("05.2", "a plain MLP with d_ff = 4d", (
+        _ceil(PROJECTIONS + N_L * 2 * D * 4 * D + HEAD, PER_KEY),
+        _ceil(PROJECTIONS_70 + 80 * 2 * 8192 * 4 * 8192 + HEAD_70, PER_KEY_70))),
+    Planted("05.2", "W_O left out", (
+        _ceil(REST - N_L * H * D_HEAD * D, PER_KEY),
+        _ceil(REST_70 - 80 * 64 * 128 * 8192, PER_KEY_70))),
+    # the old question (Llama 3 8B alone) passed these: its division is exact
+    Planted("05.2", "the division rounded down", (REST // PER_KEY, REST_70 // PER_KEY_70),
+            names=r"round"),
+    Planted("05.2", "the division as a float, not rounded",
+            (REST / PER_KEY, REST_70 / PER_KEY_70), avoid=r"round.*down"),
     # 05.3: tokens of cache beside the weights in 80 GB
     Planted("05.3", "80 GiB", (80 * 2**30 - 2 * WEIGHTS) // PER_TOKEN, names=r"GiB"),
     Planted("05.3", "the weights forgotten", 80 * 10**9 // PER_TOKEN, names=r"ignores the weights"),

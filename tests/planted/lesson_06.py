@@ -6,9 +6,17 @@ import torch
 
 from planted import Planted
 
-# 06.1: Llama 3 70B, H = 64, G = 8, d_head = 128, bf16 (2 bytes), N keys (N cancels)
+# 06.1: Llama 3 70B, H = 64, G = 8, d_head = 128, bf16 (2 bytes), N keys (N cancels);
+# Gemma 3 27B, H = 32, G = 16, d_head = 128
 H, G, D_HEAD, N_B, N = 64, 8, 128, 2, 1000
 MACS = 2 * H * N * D_HEAD
+MODELS = ((64, 8), (32, 16))  # (H, G)
+
+
+def _both(formula):
+    """formula(H, G) for Llama 3 70B and Gemma 3 27B."""
+    return tuple(formula(h, g) for h, g in MODELS)
+
 # 06.3: d = 8192
 D = 8192
 
@@ -90,23 +98,39 @@ def _d_head_from_rows(W, n_heads, n_kv_heads):
 
 
 PLANTED = [
-    # 06.1: multiply-adds per byte of a decoding step
-    Planted("06.1", "K alone counted in the bytes", MACS / (G * N * D_HEAD * N_B),
+    # 06.1: multiply-adds per byte of a decoding step, (Llama 3 70B, Gemma 3 27B)
+    Planted("06.1", "K alone counted in the bytes",
+            _both(lambda h, g: 2 * h * N * D_HEAD / (g * N * D_HEAD * N_B)),
             names=r"per byte of K alone"),
-    Planted("06.1", "an FP8 cache", MACS / (2 * G * N * D_HEAD * 1), names=r"2 bytes"),
-    Planted("06.1", "multiply-adds per cached number", MACS / (2 * G * N * D_HEAD),
+    Planted("06.1", "an FP8 cache", _both(lambda h, g: 2 * h * N * D_HEAD / (2 * g * N * D_HEAD)),
+            names=r"2 bytes"),
+    Planted("06.1", "multiply-adds per cached number",
+            _both(lambda h, g: 2 * h * N * D_HEAD / (2 * g * N * D_HEAD)),
             names=r"per cached number"),
-    Planted("06.1", "bytes per multiply-add", (2 * G * N * D_HEAD * N_B) / MACS,
+    Planted("06.1", "bytes per multiply-add",
+            _both(lambda h, g: (2 * g * N * D_HEAD * N_B) / (2 * h * N * D_HEAD)),
             names=r"inverse"),
-    Planted("06.1", "the key/value heads of all 80 layers read",
-            MACS / (80 * 2 * G * N * D_HEAD * N_B),
+    Planted("06.1", "the key/value heads of all layers read", (
+        MACS / (80 * 2 * G * N * D_HEAD * N_B),
+        2 * 32 * N * D_HEAD / (62 * 2 * 16 * N * D_HEAD * N_B)),
             avoid=r"inverse|multi-head|per cached|half"),
-    # 06.2: query head 13, H = 32, G = 8
-    Planted("06.2", "h mod s", 13 % 4, names=r"h mod s"),
-    Planted("06.2", "h / s rounded up", -(-13 // 4), names=r"rounded up"),
-    Planted("06.2", "the 1-based head", 13 // 4 + 1, names=r"1-based"),
-    Planted("06.2", "h mod G", 13 % 8, names=r"interleaved"),
-    Planted("06.2", "h divided by s = 2", 13 // 2, avoid=r"interleaved|1-based|h // G"),
+    # the old question (Llama 3 70B alone, 4.0) passed these two
+    Planted("06.1", "G / n_b", _both(lambda h, g: g / N_B), names=r"G / n_b"),
+    Planted("06.1", "d_head / (2 G n_b)", _both(lambda h, g: D_HEAD / (2 * g * N_B)),
+            names=r"d_head / \(2 G n_b\)"),
+    Planted("06.1", "Llama's answer written for both", (4.0, 4.0),
+            avoid=r"inverse|multi-head|half"),
+    # 06.2: query heads 13 and 23, H = 32, G = 8
+    Planted("06.2", "h mod s", (13 % 4, 23 % 4), names=r"h mod s"),
+    Planted("06.2", "h / s rounded up", (-(-13 // 4), -(-23 // 4)), names=r"rounded up"),
+    Planted("06.2", "the 1-based head", (13 // 4 + 1, 23 // 4 + 1), names=r"1-based"),
+    Planted("06.2", "h mod G", (13 % 8, 23 % 8), names=r"interleaved"),
+    Planted("06.2", "h divided by s = 2", (13 // 2, 23 // 2), avoid=r"interleaved|1-based|h // G"),
+    # the old question (head 13 alone, 13 / 4 = 3.25) passed rounding to the nearest
+    Planted("06.2", "h / s rounded to the nearest", (round(13 / 4), round(23 / 4)),
+            names=r"nearest"),
+    Planted("06.2", "h / s rounded half up", (int(13 / 4 + 0.5), int(23 / 4 + 0.5)),
+            names=r"nearest"),
     # 06.3: entries of W_K and W_V saved
     Planted("06.3", "d_head left out", 2 * D * (H - G), avoid=r"one matrix|keep|80 layers"),
     Planted("06.3", "W_Q and W_O counted too", 4 * D * (H - G) * D_HEAD, names=r"W_Q and W_O"),

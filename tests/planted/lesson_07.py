@@ -89,12 +89,19 @@ PLANTED = [
             + H2 * D_HEAD2 * D2, names=r"four factors"),
     Planted("07.3", "W_LQK of one head and W_LO", D_LQ * D_L + H2 * D_L * D2,
             names=r"one matrix per head"),
-    # 07.4: the smallest exact latent width for Llama 3 8B
-    Planted("07.4", "the width of K alone", 8 * 128, names=r"keys only"),
-    Planted("07.4", "the query heads' keys and values", 2 * 32 * 128, names=r"32 query heads"),
-    Planted("07.4", "the model width", 4096, names=r"d_in"),
-    Planted("07.4", "2 G d_head plus d_R", 2 * 8 * 128 + 64,
-            avoid=r"keys only|32 query heads|is d_in"),
+    # 07.4: the smallest exact latent width, (Llama 3 8B, Llama 2 7B)
+    Planted("07.4", "the width of K alone", (8 * 128, 32 * 128), names=r"keys only"),
+    Planted("07.4", "the query heads' keys and values", (2 * 32 * 128, 2 * 32 * 128),
+            names=r"query heads"),
+    Planted("07.4", "the model width", (4096, 4096), names=r"d_in"),
+    Planted("07.4", "2 G d_head plus d_R", (2 * 8 * 128 + 64, 2 * 32 * 128 + 64),
+            avoid=r"keys only|query heads|is d_in"),
+    # the old question (Llama 3 8B alone, 2,048) passed these two
+    Planted("07.4", "half the model width", (4096 // 2, 4096 // 2), names=r"d_in / 2"),
+    Planted("07.4", "half the query heads' width", (32 * 128 // 2, 32 * 128 // 2),
+            names=r"H d_head / 2"),
+    Planted("07.4", "2 G d_head without the bound by d_in", (2 * 8 * 128, 2 * 32 * 128),
+            names=r"bound by the rows"),
     # 07.5: one absorbed decoding step
     Planted("07.5", "W_LV split with d_head", _values_by_d_head),
     Planted("07.5", "W_LV's heads strided", _values_strided),

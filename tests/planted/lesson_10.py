@@ -17,7 +17,7 @@ VAR = sum(p * (v - Y0) ** 2 for p, v in zip(P0, V0, strict=True))
 COLUMNS = [math.hypot(4, 2), 1.0, 1.0]
 ROWS = [1.0, 2.0, 2.0]
 
-# 10.3: P = (0.9, 0.1/99 x 99), m = N = 100 uniform draws
+# 10.3: P = (0.9, 0.1/99 x 99), m = 50 uniform draws over N = 100 keys
 SQUARES = 0.9 ** 2 + 99 * (0.1 / 99) ** 2
 
 
@@ -86,12 +86,18 @@ PLANTED = [
     Planted("10.2", "the squared products", [(c * r) ** 2 / sum((a * b) ** 2 for a, b in zip(
         COLUMNS, ROWS, strict=True)) for c, r in zip(COLUMNS, ROWS, strict=True)],
         names=r"squared"),
-    # 10.3: the ESS of 100 uniform draws
-    Planted("10.3", "m / sum_j P_j^2", 100 / SQUARES, names=r"m / sum_j P_j\^2"),
-    Planted("10.3", "m sum_j P_j^2", 100 * SQUARES, names=r"divide m by it"),
+    # 10.3: the ESS of 50 uniform draws over 100 keys
+    Planted("10.3", "m / sum_j P_j^2", 50 / SQUARES, names=r"m / sum_j P_j\^2"),
+    Planted("10.3", "m sum_j P_j^2", 50 * SQUARES, names=r"multiplies m"),
     Planted("10.3", "the ESS per draw", 1 / (100 * SQUARES), names=r"per draw"),
-    Planted("10.3", "m over (1 + sum_j P_j^2)", 100 / (1 + SQUARES),
+    Planted("10.3", "m over (1 + sum_j P_j^2)", 50 / (1 + SQUARES),
             avoid=r"per draw|divide m by it|percentage"),
+    # the old question (m = N = 100) passed these: m and N cancel, or trade places
+    Planted("10.3", "1 / sum_j P_j^2, the effective number of keys", 1 / SQUARES,
+            names=r"effective number of keys"),
+    Planted("10.3", "N / (m sum_j P_j^2)", 100 / (50 * SQUARES), names=r"swaps m and N"),
+    Planted("10.3", "m / (N sum_j P_j^2) with m read as N", 100 / (100 * SQUARES),
+            names=r"effective number of keys"),
     # 10.6: the importance-sampled row
     Planted("10.6", "the scale 1/2 hard-coded", _half_scale),
     Planted("10.6", "the generator ignored", _global_rng, names=r"generator=generator"),
