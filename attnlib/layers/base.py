@@ -202,7 +202,8 @@ class AttentionLayer(nn.Module):
         whose logit scale is not ``1/sqrt(d)`` of the queries it hands over (MLA) passes
         ``scale=`` as well. ``rope(X, positions, *, base)`` rotates ``X (..., heads, N, d)``
         at integer ``positions`` (``(N,)`` or ``(B, 1, N)``), as :func:`attnlib.apply_rope`
-        does. ``None`` keeps the layer's own step.
+        does. ``None`` keeps the layer's own step. A paged cache's blocks are read by
+        :func:`~attnlib.serving.paged.paged_attention`, not by ``attend``.
         """
         if attend is not None and not callable(attend):
             raise TypeError(f"attend must be a callable (Q, K, V, *, mask, causal) -> Y; "
