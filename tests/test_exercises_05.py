@@ -53,6 +53,7 @@ def test_hand_values():
         ("05.2", torch.tensor([CROSS, CROSS_70])),
         ("05.3", FITS),
         ("05.3", np.int64(FITS)),
+        ("05.3", float(FITS)),
     ],
 )
 def test_right_answers_are_correct(label, answer, capsys):
@@ -91,7 +92,7 @@ def test_right_answers_are_correct(label, answer, capsys):
         ("05.3", (80 * 10**9 - 2 * 8_030_261_248) // (4 * PER_TOKEN), "all 32 query heads"),
         ("05.3", FITS + 1, "round the number of tokens down"),
         ("05.3", 12345, "not quite"),
-        ("05.3", float(FITS), "whole number"),
+        ("05.3", FITS + 0.5, "whole number"),
     ],
 )
 def test_wrong_answers_get_a_hint(label, answer, hint, capsys):

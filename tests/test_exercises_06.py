@@ -52,7 +52,7 @@ def test_right_answers_are_correct(label, answer, capsys):
         ("06.1", (4, 3), "entry 1 is off"),
         ("06.1", 4, "of shape (2,)"),
         ("06.1", "4", "got a str"),
-        ("06.2", (13 // 8, 23 // 8), "is h // G"),
+        ("06.2", (13 // 8, 23 // 8), "h // 8, what dividing by G"),
         ("06.2", (13 % 4, 23 % 4), "h mod s"),
         ("06.2", (13 % 8, 23 % 8), "interleaved"),
         ("06.2", ((13 - 1) // 4 + 1, (23 - 1) // 4 + 1), "1-based answer"),
@@ -62,7 +62,7 @@ def test_right_answers_are_correct(label, answer, capsys):
         ("06.3", SAVED // 2, "one matrix"),
         ("06.3", 2 * 8192 * 8 * 128, "keep"),
         ("06.3", SAVED * 80, "all 80 layers"),
-        ("06.3", 2 * SAVED, "W_Q and W_O keep their size"),
+        ("06.3", 2 * SAVED, "or W_Q and W_O too"),
     ],
 )
 def test_wrong_answers_get_a_hint(label, answer, hint, capsys):

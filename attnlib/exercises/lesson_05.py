@@ -18,7 +18,9 @@ def _fp8_batch_cache():
     return scalar(expected), (
         (scalar(expected / 2), "that counts the keys only (or the values only): the cache "
                                "holds both, hence the factor 2."),
-        (scalar(2 * expected), "that is a 2-byte (bf16) cache; FP8 stores 1 byte per number."),
+        (scalar(2 * expected), "that is twice the answer, what a 2-byte (bf16) cache would "
+                               "take (or 16 KV heads): FP8 stores 1 byte per number, and "
+                               "the model has 8 KV heads."),
         (scalar(expected / batch), "that is one sequence; the batch holds 16."),
         (scalar(kv_cache_bytes(*shape, bytes_per_elem=1)),
          "that is the cache of a single token; multiply by every token of the batch."),
@@ -83,7 +85,7 @@ def _attention_dominates():
     )
 
 
-@whole_number("05.3", what="a whole number of tokens (an int)")
+@whole_number("05.3", what="a whole number of tokens (an int)", floats="whole")
 def _longest_context():
     """Tokens of bf16 cache that fit beside Llama 3 8B's bf16 weights in 80 GB."""
     per_token = LLAMA3_8B.kv_bytes_per_token()
@@ -94,7 +96,8 @@ def _longest_context():
          "that takes 80 GiB (2^30 bytes each); the accelerator has 80 GB, 80 x 10^9 bytes."),
         (80 * 10**9 // per_token, "that ignores the weights, which take their share first."),
         (left // (per_token // 2),
-         "that is an fp8 cache (1 byte); the question stores it in bf16, 2 bytes."),
+         "that is about twice the answer, what an fp8 cache (1 byte a number) or the keys "
+         "alone would allow: the cache holds keys and values, in bf16, 2 bytes each."),
         (left // LLAMA3_8B.cache_bytes_per_token("mha"),
          "that sizes the cache for all 32 query heads; Llama 3 8B caches its 8 KV heads."),
         (expected + 1, "one token too many: round the number of tokens down, the last one must "

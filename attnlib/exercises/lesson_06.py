@@ -28,20 +28,24 @@ def _decode_intensity():
                           / (2 * G * n * d_head * n_b))  # K and V of the G key/value heads
     return expected, (
         (_per_model(lambda H, G, d_head, n_b: H / G),
-         "that is H / G, multiply-adds per cached number (or per byte of K alone): each bf16 "
-         "number takes 2 bytes, and the step reads K and V."),
+         "that is H / G, twice the answer: multiply-adds per cached number (or per byte of K "
+         "alone, or FLOPs per byte, two a multiply-add). Each bf16 number takes 2 bytes, the "
+         "step reads K and V, and a multiply-add counts once."),
         (_per_model(lambda H, G, d_head, n_b: 1 / n_b),
          "that is the multi-head layer (G = H); Llama 3 70B has G = 8 key/value heads for "
          "H = 64 query heads, Gemma 3 27B G = 16 for H = 32."),
         (1 / expected, "that is bytes per multiply-add, the inverse."),
-        (expected / 2, "that is half: count both products, the logits and the weighted sum "
-                       "of the values, for all H query heads."),
+        (expected / 2, "that is half the answer, what one product alone gives (or 4 bytes a "
+                       "number, float32): count both products, the logits and the weighted "
+                       "sum of the values, for all H query heads, over a bf16 cache."),
         (_per_model(lambda H, G, d_head, n_b: G / n_b),
          "that is G / n_b: the cache grows with G, so G divides; the arithmetic grows with "
          "the H query heads, which multiply: H / (G n_b)."),
         (_per_model(lambda H, G, d_head, n_b: d_head / (2 * G * n_b)),
-         "that is d_head / (2 G n_b): d_head cancels, since each multiply-add and each cached "
-         "number is one coordinate of a head; the H query heads do not, H / (G n_b)."),
+         "Llama's number is right and Gemma's twice too large, which is what d_head / (2 G n_b) "
+         "gives, or H / (G n_b) with Gemma's G taken as 8 (it has G = 16 for H = 32): d_head "
+         "cancels, since each multiply-add and each cached number is one coordinate of a head; "
+         "the H query heads do not, H / (G n_b)."),
     )
 
 
@@ -59,8 +63,11 @@ def _kv_heads_of_13_and_23():
     expected = torch.tensor([float(kv[13]), float(kv[23])], dtype=torch.float64)
     return expected, (
         (_kv_heads_of(lambda h, s, G: h // G),
-         "that is h // G: query head h reads KV head h // s, with the group size "
-         "s = H / G = 4."),
+         "that is h // 8, what dividing by G (or by another model's group size) gives: query "
+         "head h reads KV head h // s, with the group size s = H / G = 32 / 8 = 4."),
+        (_kv_heads_of(lambda h, s, G: h / s),
+         "that is h / s, not rounded: a head index is a whole number, g(h) = h // s, which "
+         "rounds down."),
         (_kv_heads_of(lambda h, s, G: h % s),
          "that is h mod s, the position of the query head inside its group; the group itself "
          "is h // s, with s = H / G = 4."),
@@ -83,13 +90,17 @@ def _weights_saved():
                                 LLAMA3_70B.d_head)
     expected = 2 * d * (n_heads - n_kv) * d_head
     return scalar(expected), (
-        (scalar(expected // 2), "that is one matrix; W_K and W_V both shrink."),
-        (scalar(2 * d * n_kv * d_head), "that is what W_K and W_V keep; the question asks how "
-                                        "many entries they lose."),
+        (scalar(expected // 2), "that is half the answer, what one matrix gives (or d = 4096): "
+                                "W_K and W_V both shrink, and Llama 3 70B has d = 8192."),
+        (scalar(2 * d * n_kv * d_head), "that is 2 d G d_head, what W_K and W_V keep (H / G is "
+                                        "also 8 here); the question asks how many entries they "
+                                        "lose, 2 d (H - G) d_head."),
         (scalar(expected * LLAMA3_70B.n_layers), "that is all 80 layers; the question asks for "
                                                  "one layer."),
-        (scalar(4 * d * (n_heads - n_kv) * d_head), "W_Q and W_O keep their size: only W_K and "
-                                                    "W_V shrink."),
+        (scalar(4 * d * (n_heads - n_kv) * d_head), "that is twice the answer, what counting "
+                                                    "bytes (2 a bf16 entry) or W_Q and W_O too "
+                                                    "would give: count entries, and only W_K "
+                                                    "and W_V shrink."),
     )
 
 
@@ -108,7 +119,7 @@ from attnlib.exercises.implement import (  # noqa: E402
 from attnlib.layers.gqa import grouped_query_attention  # noqa: E402
 
 
-def _expanded(Q, K, V, repeat, *, causal=False, top_left=False):
+def _expanded(Q, K, V, repeat, *, causal=False, top_left=False, keep_nan=False):
     H, G = Q.shape[-3], K.shape[-3]
     K, V = repeat(K, H // G), repeat(V, H // G)  # (..., H, N_KV, d)
     S = Q @ K.mT / Q.shape[-1] ** 0.5
@@ -117,7 +128,8 @@ def _expanded(Q, K, V, repeat, *, causal=False, top_left=False):
         M = (torch.ones(n_q, n_kv, dtype=torch.bool).tril() if top_left
              else causal_mask(n_q, n_kv))
         S = S.masked_fill(~M, float("-inf"))
-    return torch.softmax(S, dim=-1).nan_to_num(0.0) @ V  # a row with no key: zeros
+    P = torch.softmax(S, dim=-1)
+    return (P if keep_nan else P.nan_to_num(0.0)) @ V  # a row with no key: zeros
 
 
 def _interleave(KV, r):
@@ -151,6 +163,9 @@ def _gqa_forward() -> Implementation:
     def top_left(Q, K, V, *, causal=False):
         return _expanded(Q, K, V, _interleave, causal=causal, top_left=True)
 
+    def nan_rows(Q, K, V, *, causal=False):
+        return _expanded(Q, K, V, _interleave, causal=causal, keep_nan=True)
+
     F32 = torch.float32
     F64 = torch.float64
     cases = [
@@ -174,6 +189,9 @@ def _gqa_forward() -> Implementation:
                               "n_kv)), not the first."),
             Mistake(first_head, "every query head reads KV head 0; the G KV heads are shared "
                                 "by groups of H / G consecutive query heads."),
+            Mistake(nan_rows, "right but for the queries that see no key (N_Q > N_KV, causal): "
+                              "a masked softmax gives NaN there, and the exercise asks for a row "
+                              "of zeros, as attnlib gives (torch.nan_to_num(P, 0.0))."),
         ))
 
 

@@ -76,7 +76,8 @@ def _exact_latent_width():
     expected = _widths(lambda d_in, H, G, d_head: min(d_in, 2 * G * d_head))
     return expected, (
         (_widths(lambda d_in, H, G, d_head: G * d_head),
-         "that holds the keys only; the latent must carry keys and values, [W_K | W_V]."),
+         "that is G d_head, half the rank bound: the keys only (or d_head taken as 64); the "
+         "latent must carry keys and values, [W_K | W_V], with d_head = 128."),
         # d_in = H d_head in both models: the hint fits both
         (_widths(lambda d_in, H, G, d_head: d_in),
          "that is d_in (and H d_head): the rank of [W_K | W_V] is bounded by its rows and by "
@@ -89,7 +90,8 @@ def _exact_latent_width():
          "exceed d_in = 4096, and the rank is at most min(d_in, 2 G d_head)."),
         (_widths(lambda d_in, H, G, d_head: d_in // 2),
          "that is d_in / 2 (and H d_head / 2), which equals 2 G d_head in Llama 3 8B only by "
-         "chance: the rank of [W_K | W_V] is at most min(d_in, 2 G d_head)."),
+         "chance, and what Llama 2 7B read with G = 8 gives (it has G = H = 32): the rank of "
+         "[W_K | W_V] is at most min(d_in, 2 G d_head)."),
     )
 
 

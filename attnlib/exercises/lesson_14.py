@@ -702,7 +702,8 @@ does not fit and without, so that a loader that checks nothing still gets the hi
 def _loader() -> Implementation:
     """A Hugging Face LlamaForCausalLM state dict into the decoder's Weights."""
     # head_dim 6 where hidden_size / H = 4, three layers, eps and the RoPE base away from
-    # their defaults; then a tied head, without lm_head.weight and with it
+    # their defaults; then a tied head, without lm_head.weight and with it; an untied head
+    # whose lm_head.weight is missing must be refused, not tied in its place
     untied = _Config(num_hidden_layers=3, head_dim=6, rms_norm_eps=1e-5,
                      rope_parameters={"rope_type": "default", "rope_theta": 500000.0})
     tied = _Config(tie_word_embeddings=True, rms_norm_eps=1e-4)
@@ -714,6 +715,7 @@ def _loader() -> Implementation:
     missing = {k: v for k, v in sd_untied.items()
                if k != "model.layers.1.post_attention_layernorm.weight"}
     two_layers = {k: v for k, v in sd_untied.items() if not k.startswith("model.layers.2.")}
+    no_head = {k: v for k, v in sd_untied.items() if k != "lm_head.weight"}
     return Implementation(
         "a function load_llama(state_dict, config) returning attnlib.models.assemble.Weights",
         _assemble.load_llama,
@@ -725,7 +727,9 @@ def _loader() -> Implementation:
          _refuse_case("post_attention_layernorm of layer 1 missing", untied, missing,
                       "model.layers.1.post_attention_layernorm.weight"),
          _refuse_case("layer 2 missing: the config has 3 layers, the checkpoint 2", untied,
-                      two_layers, "model.layers.2.")],
+                      two_layers, "model.layers.2."),
+         _refuse_case("an untied head whose checkpoint lacks lm_head.weight", untied,
+                      no_head, "lm_head.weight")],
         tuple(Mistake(_loader_mistake(**kw, validate=validate), hint)
               for kw, hint in _LOADER_MISTAKES for validate in (True, False)),
         outputs=_OUTPUT_NAMES)

@@ -137,6 +137,8 @@ PLANTED = [
             avoid=r"GiB|GB|one sequence|keys only|single token|bf16"),
     Planted("05.1", "a bf16 cache", 2 * PER_TOKEN_FP8 * 16 * 32_768, names=r"2-byte|bf16"),
     Planted("05.1", "in GiB", PER_TOKEN_FP8 * 16 * 32_768 / 2**30, names=r"GiB"),
+    # the same number as a bf16 cache: the hint names both causes
+    Planted("05.1", "16 KV heads", 2 * 32 * 16 * 128 * 16 * 32_768, names=r"16 KV heads"),
     # 05.2: the N from which attention reaches the rest, (Llama 3 8B, Llama 3 70B)
     Planted("05.2", "the output head left out",
             (_ceil(PROJECTIONS + SWIGLU, PER_KEY), _ceil(PROJECTIONS_70 + SWIGLU_70, PER_KEY_70)),
@@ -160,6 +162,9 @@ PLANTED = [
     Planted("05.3", "80 GiB", (80 * 2**30 - 2 * WEIGHTS) // PER_TOKEN, names=r"GiB"),
     Planted("05.3", "the weights forgotten", 80 * 10**9 // PER_TOKEN, names=r"ignores the weights"),
     Planted("05.3", "the weights in float32", (80 * 10**9 - 4 * WEIGHTS) // PER_TOKEN),
+    # the same number as an fp8 cache: the hint names both causes
+    Planted("05.3", "the keys alone", (80 * 10**9 - 2 * WEIGHTS) // (PER_TOKEN // 2),
+            names=r"keys\s+alone"),
     Planted("05.3", "the nominal 8 billion weights", (80 * 10**9 - 16 * 10**9) // PER_TOKEN),
     Planted("05.3", "rounded up", -(-(80 * 10**9 - 2 * WEIGHTS) // PER_TOKEN),
             names=r"round the number of tokens down"),

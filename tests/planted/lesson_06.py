@@ -118,6 +118,11 @@ PLANTED = [
     Planted("06.1", "G / n_b", _both(lambda h, g: g / N_B), names=r"G / n_b"),
     Planted("06.1", "d_head / (2 G n_b)", _both(lambda h, g: D_HEAD / (2 * g * N_B)),
             names=r"d_head / \(2 G n_b\)"),
+    # numbers that coincide with a catalogued formula: the hint names both causes
+    Planted("06.1", "Gemma's G read as 8", (64 / (8 * N_B), 32 / (8 * N_B)),
+            names=r"G taken as 8"),
+    Planted("06.1", "FLOPs per byte", _both(lambda h, g: 2 * h / (g * N_B)), names=r"FLOPs"),
+    Planted("06.1", "a float32 cache", _both(lambda h, g: h / (g * 4)), names=r"float32"),
     Planted("06.1", "Llama's answer written for both", (4.0, 4.0),
             avoid=r"inverse|multi-head|half"),
     # 06.2: query heads 13 and 23, H = 32, G = 8
@@ -125,6 +130,9 @@ PLANTED = [
     Planted("06.2", "h / s rounded up", (-(-13 // 4), -(-23 // 4)), names=r"rounded up"),
     Planted("06.2", "the 1-based head", (13 // 4 + 1, 23 // 4 + 1), names=r"1-based"),
     Planted("06.2", "h mod G", (13 % 8, 23 % 8), names=r"interleaved"),
+    Planted("06.2", "Llama 3 70B's group size, s = 8", (13 // 8, 23 // 8),
+            names=r"another model's group size"),
+    Planted("06.2", "h / s not rounded", (13 / 4, 23 / 4), names=r"not rounded"),
     Planted("06.2", "h divided by s = 2", (13 // 2, 23 // 2), avoid=r"interleaved|1-based|h // G"),
     # the old question (head 13 alone, 13 / 4 = 3.25) passed rounding to the nearest
     Planted("06.2", "h / s rounded to the nearest", (round(13 / 4), round(23 / 4)),
@@ -135,6 +143,9 @@ PLANTED = [
     Planted("06.3", "d_head left out", 2 * D * (H - G), avoid=r"one matrix|keep|80 layers"),
     Planted("06.3", "W_Q and W_O counted too", 4 * D * (H - G) * D_HEAD, names=r"W_Q and W_O"),
     Planted("06.3", "W_K alone", D * (H - G) * D_HEAD, names=r"one matrix"),
+    Planted("06.3", "d = 4096", 2 * 4096 * (H - G) * D_HEAD, names=r"d = 4096"),
+    Planted("06.3", "bytes, not entries", 2 * 2 * D * (H - G) * D_HEAD, names=r"bytes"),
+    Planted("06.3", "H / G heads kept", 2 * D * (H // G) * D_HEAD, names=r"keep"),
     Planted("06.3", "what the grouped layer keeps", 2 * D * G * D_HEAD, names=r"keep"),
     Planted("06.3", "the whole multi-head W_K and W_V", 2 * D * H * D_HEAD,
             avoid=r"one matrix|keep|80 layers|W_Q"),

@@ -98,6 +98,9 @@ PLANTED = [
             avoid=r"keys only|query heads|is d_in"),
     # the old question (Llama 3 8B alone, 2,048) passed these two
     Planted("07.4", "half the model width", (4096 // 2, 4096 // 2), names=r"d_in / 2"),
+    Planted("07.4", "Llama 2 7B read as G = 8", (2 * 8 * 128, 2 * 8 * 128), names=r"G = 8"),
+    Planted("07.4", "d_head read as 64", (min(4096, 2 * 8 * 64), min(4096, 2 * 32 * 64)),
+            names=r"64"),
     Planted("07.4", "half the query heads' width", (32 * 128 // 2, 32 * 128 // 2),
             names=r"H d_head / 2"),
     Planted("07.4", "2 G d_head without the bound by d_in", (2 * 8 * 128, 2 * 32 * 128),

@@ -225,6 +225,8 @@ def _loader(*, d_head_from_hidden=False, head="config", base=None, n_layers="con
         E = get("model.embed_tokens.weight", config.vocab_size, d)
         if head == "keys":
             W_out = sd["lm_head.weight"].T if "lm_head.weight" in sd else None
+        elif head == "tie when missing" and "lm_head.weight" not in sd:
+            W_out = None  # an untied config's missing head silently becomes E^T
         elif config.tie_word_embeddings:
             W_out = E.T.clone() if tied_copy else None
         else:
@@ -269,7 +271,7 @@ PLANTED = [
     Planted("14.11", "head width hidden_size / H", _loader(d_head_from_hidden=True),
             names=r"head_dim = 6 \(hidden_size / H = 4\)"),
     Planted("14.11", "lm_head.weight used whenever present", _loader(head="keys"),
-            names=r"the config decides"),
+            names=r"the config decides|lacks lm_head\.weight.*load_llama accepted it"),
     Planted("14.11", "RoPE base 10,000 typed in", _loader(base=10000.0),
             names=r"rope_theta"),
     Planted("14.11", "layers counted from the keys", _loader(n_layers="keys"),
@@ -279,4 +281,7 @@ PLANTED = [
     Planted("14.11", "eps 1e-6 typed in", _loader(eps=1e-6), names=r"rms_norm_eps"),
     Planted("14.11", "tied head as a copy of E^T", _loader(tied_copy=True),
             names=r"W_out = None"),
+    Planted("14.11", "a missing lm_head.weight tied in its place",
+            _loader(head="tie when missing"),
+            names=r"lacks lm_head\.weight.*load_llama accepted it"),
 ]
