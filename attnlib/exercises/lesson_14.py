@@ -61,7 +61,7 @@ def _rms_norm() -> Implementation:
          Mistake(lambda x, g, eps: x / ((x * x).mean(-1, keepdim=True).sqrt() + eps) * g,
                  "eps goes inside the square root, sqrt(mean(x^2) + eps): added outside it, "
                  "it is a different number, and Hugging Face's Llama puts it inside."),
-         Mistake(lambda x, g, eps: _ref.rms_norm(x, g, 0.0),
+         Mistake(lambda x, g, eps: x * torch.rsqrt((x * x).mean(-1, keepdim=True)) * g,
                  "use eps: it keeps the division finite for a vector near zero, and it "
                  "changes the result wherever mean(x^2) is not much larger than eps.")))
 
