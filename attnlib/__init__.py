@@ -7,8 +7,8 @@ does the mathematics; the ``nn.Module`` classes only hold parameters and call it
 The package is laid out by layer of the design; each folder imports only from the ones
 listed above it (the chapter that explains a module in brackets):
 
-- ``core/``       the mathematics: ``functional`` (kernels, ``attention``; 01, 02), ``masks``
-  (04), ``heads`` (03, 06), ``rope`` (08)
+- ``core/``       the mathematics: ``functional`` (kernels, ``attention``; 01, 02), ``sdpa``
+  (PyTorch's fused kernel; 02, 06), ``masks`` (04), ``heads`` (03, 06), ``rope`` (08)
 - ``serving/``    decoding: ``cache`` (the cache protocol; 05, 07), ``sampling``, ``paged``,
   ``batching``, ``speculative``, ``quant``, ``streaming`` (11)
 - ``layers/``     the layer contract ``base`` (03) and its variants ``gqa`` (03, 06), ``mla``
@@ -26,9 +26,7 @@ listed above it (the chapter that explains a module in brackets):
 
 The top level holds the contract of the book plus the functional core (``__all__``);
 everything else stays in its submodule, for example ``attnlib.tokens.BPETokenizer``,
-``attnlib.analysis.memory.LLAMA3_8B`` or ``attnlib.core.rope.rope_matrix``. The module
-names of attnlib 0.4 (``attnlib.gqa``, ``attnlib.memory``, ``attnlib.pretrained``, ...) still
-reach the same modules as attributes of the package (:data:`MODULES_04`).
+``attnlib.analysis.memory.LLAMA3_8B`` or ``attnlib.core.rope.rope_matrix``.
 
 Example:
     >>> import attnlib
@@ -133,36 +131,10 @@ __all__ = [
 # `attnlib.models.pretrained.load(...)` work after a plain `import attnlib`.
 _LAZY_SUBMODULES = ("viz", "exercises", "models", "kernels")
 
-# attnlib 0.4 kept every module at the root; its module names reach the same modules here.
-MODULES_04 = {
-    "core": "attnlib.core", "masks": "attnlib.core.masks", "heads": "attnlib.core.heads",
-    "rope": "attnlib.core.rope",
-    "cache": "attnlib.serving.cache", "sampling": "attnlib.serving.sampling",
-    "paged": "attnlib.serving.paged", "batching": "attnlib.serving.batching",
-    "speculative": "attnlib.serving.speculative", "quant": "attnlib.serving.quant",
-    "streaming": "attnlib.serving.streaming",
-    "attention_layer": "attnlib.layers.base", "gqa": "attnlib.layers.gqa",
-    "mla": "attnlib.layers.mla", "gates": "attnlib.layers.gates",
-    "sliding": "attnlib.layers.sliding", "variants": "attnlib.layers.variants",
-    "norms": "attnlib.layers.norms", "layers": "attnlib.layers",
-    "memory": "attnlib.analysis.memory", "costs": "attnlib.analysis.costs",
-    "flash": "attnlib.analysis.flash", "approx": "attnlib.analysis.approx",
-    "randomised": "attnlib.analysis.randomised",
-    "tasks": "attnlib.models.tasks", "train": "attnlib.models.train",
-    "pretrained": "attnlib.models.pretrained", "probes": "attnlib.models.probes",
-    "convert": "attnlib.models.convert",
-}
-
 
 def __getattr__(name: str):
-    import importlib
-
     if name in _LAZY_SUBMODULES:
+        import importlib
+
         return importlib.import_module(f"attnlib.{name}")
-    if name in MODULES_04:
-        return importlib.import_module(MODULES_04[name])
     raise AttributeError(f"module 'attnlib' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY_SUBMODULES, *MODULES_04})

@@ -1,35 +1,50 @@
-"""Input checks shared by every module: elementary checks, and the rule for when they run.
+"""Input checks shared by the public entry points, and the rule for when a module runs them.
 
-Each public function and module ``forward`` starts with ONE call to a check of its own
-module, built from the checks below; the mathematics follows. A failed check raises
-``ValueError`` or ``TypeError`` with a message that names the argument, states the rule
-and shows the value given.
+A public function, and a module's ``forward``, checks its own arguments at its top, with one
+call to a check of its own module built from the checks below; the mathematics follows, and
+the functions it calls trust their caller. A failed check raises ``ValueError`` or
+``TypeError`` with a message that names the argument, states the rule and shows the value
+given. A function a user passes in (a kernel, a feature map) has its output checked where
+attnlib uses it.
 
-Checks run on the arguments a caller passes, and only there. When attnlib computes with
-tensors it made or checked itself, it skips the checks:
-
-- a public function ``f`` that other attnlib modules build on takes a keyword-only
-  ``check: bool = True`` as its last parameter; attnlib's modules call ``f(..., check=False)``,
-  which skips the one check at its top and runs the same mathematics;
-- a module's ``forward`` takes the same ``check`` keyword; a block or a decoder checks its
-  own arguments and calls its sublayers with ``check=False``;
-- building blocks for callers that have checked their inputs (``rope_rotate``,
-  ``rope_positions``) check nothing.
-
-No state decides whether a check runs: a function a user passes in (a kernel, a feature
-map) is called with arguments that were checked, and the public functions it calls check
-their own.
+Modules nest: a decoder runs blocks, a block runs its attention, norms and feed-forward
+network. A decoder's call (``TinyDecoder.forward`` and ``generate``) checks everything its
+layers will receive, then runs them inside :class:`checked_call`; a module's ``forward``
+that finds itself inside one (:func:`in_checked_call`) checks nothing again. Called on its
+own, every module checks its arguments.
 
 This is a private module with public names: any attnlib module may import from it.
 """
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import math
 from collections.abc import Iterable, Sequence
 
 import torch
+
+# --- when the checks run -------------------------------------------------------------------
+
+_CHECKED = contextvars.ContextVar("attnlib_checked_call", default=False)
+
+
+def in_checked_call() -> bool:
+    """Whether the code runs inside a decoder's call, whose arguments were checked already."""
+    return _CHECKED.get()
+
+
+class checked_call:  # noqa: N801  (a context manager, named like torch.no_grad)
+    """``with checked_call():`` the modules run inside check nothing again: the caller (a
+    decoder) checked what each of them receives."""
+
+    def __enter__(self) -> None:
+        self._token = _CHECKED.set(True)
+
+    def __exit__(self, *exc: object) -> None:
+        _CHECKED.reset(self._token)
+
 
 # --- elementary checks ------------------------------------------------------------------
 
@@ -335,13 +350,6 @@ def check_positions(positions: object, n: int, device: torch.device) -> None:
         raise ValueError(
             f"positions must have shape (N,) or (B, N) with N = {n} tokens; got {shape}"
         )
-
-
-def check_cache(cache: object, kind: type) -> None:
-    """``cache`` must be an instance of ``kind`` (a cache class of attnlib's)."""
-    if not isinstance(cache, kind):
-        raise TypeError(f"cache must be an attnlib.{kind.__name__}; got {type(cache).__name__}")
-
 
 
 def check_attention_call(

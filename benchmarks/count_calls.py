@@ -13,10 +13,11 @@ For each it prints:
 
 * ``calls``: Python function calls whose code lives in the ``attnlib`` package;
 * ``checks``: calls of an input check (a function or method named ``check``, ``check_*``
-  or ``_check*``): the user's call is checked once, and ``generate``'s steps, which
-  attnlib makes with ``check=False``, add none;
+  or ``_check*``): the user's call is checked once, and ``generate``'s steps, which run
+  inside its checked call (``attnlib._checks.checked_call``), check no module again;
 * ``checks per step``: for ``generate``, the checks of 8 new tokens minus those of 4,
-  divided by 4 (0 when no step checks anything).
+  divided by 4: what a step still checks, each cache's append (it refuses rows that do not
+  fit what it holds) and the checks of the public functions a layer calls.
 
 Calls made by torch itself (``nn.Module.__call__``, ``torch.no_grad``) are not counted.
 """

@@ -10,9 +10,9 @@ docstrings (of modules, classes, functions and attributes) do not count. A code 
 * a check function: any function in ``attnlib/_checks.py``, or one whose name starts
   with ``check_`` or ``_check``, from its ``def`` to its last line;
 * a check statement inside another function: a ``raise``; an ``if`` that only raises or
-  checks, or the ``if check:`` line that runs a function's check on a user's call
-  (attnlib's own calls pass ``check=False``); a statement whose value is a call of a check
-  function (``self.d = check_positive_int("d", d)``).
+  checks (``if not in_checked_call(): self.check(...)``, the check a module skips inside a
+  decoder's call); a statement whose value is a call of a check function
+  (``self.d = check_positive_int("d", d)``).
 
 With ``--guards``, every public function (a name in its module's ``__all__``) and every
 public class's ``forward`` is listed with its *guard* (its check lines, plus the lines of
@@ -81,8 +81,6 @@ def _is_check_stmt(stmt: ast.stmt) -> bool:
         if calls and _is_check_name(_called_name(value)):
             return True
     if isinstance(stmt, ast.If):
-        if isinstance(stmt.test, ast.Name) and stmt.test.id == "check":  # if check: ...
-            return True
         body = stmt.body + stmt.orelse
         return all(_is_check_stmt(s) for s in body)
     return False

@@ -517,12 +517,14 @@ def test_positions_given_override_the_ones_the_mask_gives(device):
             - derived[1, 5:]).abs().max() > 1e-3
 
 
-def test_generate_with_a_mask_checks_once_not_per_step():
+def test_generate_with_a_mask_runs_the_same_checks_at_every_step():
     model = TinyDecoder(30, 16, 2, 4, n_kv_heads=2, seed=0)
     ids, mask = _left_padded([[1, 2, 3], [4]], "cpu")
-    counts = [_check_calls(lambda n=n: model.generate(ids, n, attention_mask=mask))
-              for n in (1, 8)]
-    assert counts[0] == counts[1], counts
+    calls = [_check_calls(lambda n=n: model.generate(ids, n, attention_mask=mask))
+             for n in (1, 2, 3)]
+    step = calls[1][len(calls[0]):]  # what the second step added
+    assert calls[2][len(calls[1]):] == step and calls[1][:len(calls[0])] == calls[0]
+    assert not _FUNCTIONAL & set(step), step
 
 
 # --- bad input -------------------------------------------------------------------------
@@ -648,11 +650,12 @@ def test_state_dict_keys_are_pinned():
                                                                          "W_O"])]
 
 
-# --- checks run once per call -------------------------------------------------------------
+# --- checks run at the entry points, never below them ------------------------------------
 
 
-def _check_calls(fn) -> int:
-    """Calls of attnlib functions named check_* or _check* while ``fn()`` runs."""
+def _check_calls(fn) -> list[str]:
+    """The attnlib checks (functions and methods named check, check_* or _check*) called,
+    directly or not, while ``fn()`` runs, by name."""
     import sys
     from pathlib import Path
 
@@ -663,7 +666,7 @@ def _check_calls(fn) -> int:
     def hook(frame, event, arg):
         code = frame.f_code
         if (event == "call" and code.co_filename.startswith(package)
-                and code.co_name.startswith(("check_", "_check"))):
+                and (code.co_name == "check" or code.co_name.startswith(("check_", "_check")))):
             calls.append(code.co_name)
 
     sys.setprofile(hook)
@@ -671,30 +674,62 @@ def _check_calls(fn) -> int:
         fn()
     finally:
         sys.setprofile(None)
-    return len(calls)
+    return calls
+
+
+# The checks of the functional API (attention, grouped_query_attention, split_heads, RoPE's
+# tables, the norms' functions): a module that calls the mathematics never runs them.
+_FUNCTIONAL = {"_check_attention", "_check_grouped", "_check_split", "_check_latents",
+               "_check_angle_inputs", "_check_rope_inputs", "_check_norm_inputs", "check_qkv",
+               "check_attention_options", "_check_ffn_call"}
+
+
+# What a layer checks inside a decoder's call, per step: its cache's append (a cache refuses
+# rows that do not fit what it holds) and the public functions the layer calls.
+_PER_LAYER = {"_check_new", "check_tensor"}
 
 
 @pytest.mark.parametrize("attention", ["gqa", "mla"])
-def test_generate_checks_its_arguments_once_not_per_step(attention):
+def test_a_decode_step_checks_the_decoders_arguments_and_no_module_again(attention):
     kw = {"d_latent": 6, "d_rope": 4} if attention == "mla" else {"n_kv_heads": 2}
     ids = torch.tensor([[1, 2, 3]])
-    one_layer = TinyDecoder(30, 16, 1, 4, attention=attention, seed=0, **kw)
-    three_layers = TinyDecoder(30, 16, 3, 4, attention=attention, seed=0, **kw)
-    counts = {(n, m.n_layers): _check_calls(lambda m=m, n=n: m.generate(ids, n))
-              for m in (one_layer, three_layers) for n in (1, 8)}
-    for n_layers in (1, 3):  # the same checks, however many tokens are generated
-        assert counts[1, n_layers] == counts[8, n_layers], counts
-    assert 0 < counts[1, 1] <= 6, counts
-    # more layers add only the check of each preallocated cache's size, when it is made
-    assert counts[1, 3] - counts[1, 1] == 2, counts
+    in_layers = {}
+    for n_layers in (1, 3):
+        model = TinyDecoder(30, 16, n_layers, 4, attention=attention, seed=0, **kw)
+        caches = model.new_caches(12)
+        with torch.no_grad():
+            model(ids, caches=caches)
+            steps = [_check_calls(lambda m=model, c=caches, t=t: m(torch.tensor([[t]]), caches=c))
+                     for t in (4, 5, 6)]
+        assert steps[0] == steps[1] == steps[2]  # every step alike
+        decoder = _check_calls(lambda m=model, c=caches: m.check(torch.tensor([[1]]), c))
+        assert steps[0][:len(decoder)] == decoder  # the decoder's check comes first
+        in_layers[n_layers] = steps[0][len(decoder):]
+        assert set(in_layers[n_layers]) <= _PER_LAYER, in_layers  # no module checks again
+    assert len(in_layers[3]) == 3 * len(in_layers[1]) > 0
 
 
-def test_a_forward_checks_once_and_its_sublayers_not_at_all():
+def test_generate_checks_its_own_arguments_once_not_per_step():
+    model = TinyDecoder(30, 16, 2, 4, seed=0)
+    ids = torch.tensor([[1, 2, 3]])
+    calls = {n: _check_calls(lambda n=n: model.generate(ids, n)) for n in (1, 8)}
+    for name in ("check", "check_nonnegative_int", "check_bool", "check_positive_int"):
+        assert calls[1].count(name) == calls[8].count(name) > 0, name
+    added = list(calls[8])
+    for name in calls[1]:
+        added.remove(name)
+    assert added and set(added) <= _PER_LAYER, added  # what 7 more steps add
+
+
+def test_a_module_called_on_its_own_checks_its_arguments():
     block = TransformerBlock(16, 4, n_kv_heads=2)
     x = torch.randn(2, 5, 16)
     with torch.no_grad():
-        assert _check_calls(lambda: block(x, causal=True, check=False)) == 0
-        assert _check_calls(lambda: block(x, causal=True)) > 0
+        calls = _check_calls(lambda: block(x, causal=True))
+    assert calls.count("check") == 2  # the block's own (memory) and its attention layer's
+    assert "check_input" in calls  # what the attention layer receives
+    with pytest.raises(ValueError, match="x must have last dimension 16"):
+        block(torch.randn(2, 5, 12), causal=True)
 
 
 # --- the registry of attention variants --------------------------------------------------

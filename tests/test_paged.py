@@ -257,7 +257,7 @@ def test_triton_decode_kernel_against_sdpa_and_the_contiguous_cache(dtype):
                                               enable_gqa=True)[:, 0]
         torch.testing.assert_close(out[i].float(), want, **tol)
     # a layer decoding through the kernel gives the contiguous cache's outputs
-    from attnlib.layers import GroupedQueryAttention
+    from attnlib.layers.gqa import GroupedQueryAttention
 
     layer = GroupedQueryAttention(32, 4, 2, 8, rope_base=10000.0).to(device)
     X = torch.randn(2, 12, 32, generator=g).to(device)

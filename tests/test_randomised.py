@@ -516,53 +516,6 @@ def test_multiply_adds_of_the_sampling_estimators_by_hand():
         R.multiply_adds("magic", 1, 1, 1, 1, 1)
 
 
-# ---------------------------------------------------------------------------------------
-# one check per call: check=False computes what the checked call returns
-
-
-def test_unchecked_calls_return_what_the_checked_calls_return():
-    Q, K, V = _qkv(50)
-    A, V2 = _A_V(51)
-    rho = torch.softmax(torch.randn(5, 12, generator=torch.Generator().manual_seed(52),
-                                    dtype=F64), -1)
-    Omega = R.gaussian_sketch(4, 3, generator=torch.Generator().manual_seed(53), dtype=F64)
-    s = 0.5  # the scale that the public functions default to, 1 / sqrt(d_QK), given explicitly
-
-    def same(public, core):
-        torch.testing.assert_close(public, core, rtol=0, atol=0)
-
-    def seeded():
-        return torch.Generator().manual_seed(54)
-
-    same(R.sample_keys(rho, 6, generator=seeded()),
-         R.sample_keys(rho, 6, generator=seeded(), check=False))
-    same(R.importance_attention(Q, K, V, rho, 6, generator=seeded()),
-         R.importance_attention(Q, K, V, rho, 6, generator=seeded(), scale=s, check=False))
-    same(R.sampling_variance(rho, V, rho), R.sampling_variance(rho, V, rho, check=False))
-    same(R.effective_sample_size(rho, rho.flip(-1), 3),
-         R.effective_sample_size(rho, rho.flip(-1), 3, check=False))
-    same(R.norm_proposal(Q, K), R.norm_proposal(Q, K, scale=s, check=False))
-    same(R.sketch_proposal(Q, K, Omega), R.sketch_proposal(Q, K, Omega, scale=s, check=False))
-    same(R.sketched_logits(Q, K, Omega), R.sketched_logits(Q, K, Omega, scale=s, check=False))
-    same(R.product_probabilities(A, V2), R.product_probabilities(A, V2, check=False))
-    same(R.sampled_product(A, V2, 4, generator=seeded()),
-         R.sampled_product(A, V2, 4, probs=None, generator=seeded(), check=False))
-    same(R.sampled_product_mse(A, V2, 4), R.sampled_product_mse(A, V2, 4, probs=None, check=False))
-    E = torch.randn(3, 12, generator=seeded(), dtype=F64)
-    same(R.linformer_attention(Q, K, V, E),
-         R.linformer_attention(Q, K, V, E, E, scale=s, check=False))
-    same(R.nystrom_attention(Q, K, V, 3),
-         R.nystrom_attention(Q, K, V, 3, landmarks="means", generator=None, iterations=6,
-                             scale=s, check=False))
-    W, _ = _spectrum_matrix(10, 8)
-    for a, b in zip(R.randomised_svd(W, 3, oversample=2, generator=seeded()),
-                    R.randomised_svd(W, 3, oversample=2, power_iterations=1, generator=seeded(),
-                                     check=False), strict=True):
-        same(a, b)
-    assert R.multiply_adds("linformer", 5, 12, 4, 3, 2) == R.multiply_adds(
-        "linformer", 5, 12, 4, 3, 2, d_sketch=0, check=False)
-
-
 @pytest.mark.parametrize(
     ("thunk", "error", "match"),
     [

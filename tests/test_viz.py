@@ -18,8 +18,9 @@ import torch
 from plotly.offline import get_plotlyjs
 
 import attnlib.viz as viz
+from attnlib.analysis.experiments import tokens as et
 from attnlib.tokens import CORPUS, HELD_OUT, BPETokenizer, CharTokenizer, WordTokenizer
-from attnlib.viz import explore
+from attnlib.viz import explore, style
 from attnlib.viz import tokens as vt
 
 
@@ -33,7 +34,7 @@ def _line(slope: float, *, n: int = 4, title: str = "line", ranged: bool = True)
     fig.add_hline(y=slope)
     if ranged:
         fig.update_yaxes(range=[min(0, slope * n), max(1, slope * n)])
-    return viz.style(fig, f"{title}: slope {slope}")
+    return style.style(fig, f"{title}: slope {slope}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -44,20 +45,20 @@ def test_palette_is_okabe_ito():
     # Okabe & Ito (2008), "Color Universal Design", the eight published colours
     published = {"#000000", "#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2",
                  "#D55E00", "#CC79A7"}
-    assert set(viz.OKABE_ITO.values()) == published
-    assert set(viz.COLORS.values()) <= published
+    assert set(style.OKABE_ITO.values()) == published
+    assert set(style.COLORS.values()) <= published
 
 
 def test_rounded_makes_plain_stable_numbers():
     x = {"a": torch.tensor([0.1 + 0.2, -1e-12]), "b": (np.float32(1.23456789), 3), "c": "s"}
-    out = viz.rounded(x, 4)
+    out = style.rounded(x, 4)
     assert out == {"a": [0.3, 0.0], "b": [1.2346, 3], "c": "s"}
     assert math.copysign(1, out["a"][1]) == 1  # no "-0.0" in the JSON
-    assert json.dumps(viz.rounded(np.arange(3))) == "[0, 1, 2]"
+    assert json.dumps(style.rounded(np.arange(3))) == "[0, 1, 2]"
 
 
 def test_style_sets_the_shared_look():
-    fig = viz.style(go.Figure(), "title here", height=300)
+    fig = style.style(go.Figure(), "title here", height=300)
     assert fig.layout.height == 300
     assert fig.layout.template.layout.paper_bgcolor == "white"  # plotly_white
     assert fig.layout.title.text == "title here"
@@ -115,7 +116,7 @@ def _panels(n: int) -> go.Figure:
                            f"yaxis{axis}": {"anchor": f"x{axis}"}})
     if n == 1:
         fig.add_annotation(text="alone", x=0, y=0, showarrow=False)
-    return viz.style(fig, f"{n} panels")
+    return style.style(fig, f"{n} panels")
 
 
 def test_twin_steps_change_the_subplots():
@@ -143,11 +144,11 @@ def test_twin_describes_its_parameters_for_the_site():
         start, stop = meta["traces"][k]
         (trace,) = fig.data[start:stop]
         assert list(trace.x) == list(range(n)) and list(trace.y) == [slope * i for i in range(n)]
-        assert meta["size"][k] == {"height": viz.HEIGHT,
+        assert meta["size"][k] == {"height": style.HEIGHT,
                                    "margin": _line(slope).layout.margin.to_plotly_json()}
     # the slider's room is added to plotly's own step, not to the site's size
-    assert fig.layout.height == viz.HEIGHT + 60
-    assert fig.layout.sliders[0].steps[0].args[1]["height"] == viz.HEIGHT + 60
+    assert fig.layout.height == style.HEIGHT + 60
+    assert fig.layout.sliders[0].steps[0].args[1]["height"] == style.HEIGHT + 60
     assert len(json.dumps(fig.layout.meta["twin"])) < 2_000
 
 
@@ -195,8 +196,9 @@ def test_walk_prompts_have_whole_word_names():
     [(131072, "131,072"), (10000.0, "10,000"), (500_000.0, "500,000"), (4096, "4096"),
      (0.3, "0.3"), (3.0, "3"), (-1.0, "-1"), (1e-9, "1e-09"), ("bf16", "bf16"), (True, "True")],
 )
-def test_format_value_writes_numbers_as_the_prose_does(value, text):
-    assert explore.format_value(value) == text
+def test_twin_labels_its_steps_as_the_prose_writes_numbers(value, text):
+    fig = explore.twin(lambda x: go.Figure(go.Scatter(x=[0], y=[1])), "x", [value])
+    assert fig.layout.sliders[0].steps[0].label == text
 
 
 def test_twin_json_is_stable_and_rounded():
@@ -410,7 +412,7 @@ def test_tension_figure_plots_tokens_per_word_against_vocabulary_size():
 
 def test_tokenizer_table_matches_the_tokenizers():
     bpe = BPETokenizer.train(CORPUS, 50)
-    table = vt.tokenizer_table({"chars": CharTokenizer.fit(CORPUS), "bpe": bpe,
+    table = et.tokenizer_table({"chars": CharTokenizer.fit(CORPUS), "bpe": bpe,
                                 "words": WordTokenizer.fit(CORPUS)})
     assert list(table.index) == ["chars", "bpe", "words"]
     assert table.loc["chars", "tokens per word, corpus"] == round(len(CORPUS) / _words(CORPUS), 2)
@@ -421,11 +423,11 @@ def test_tokenizer_table_matches_the_tokenizers():
 
 
 def test_merge_table_counts_each_new_token_at_its_merge():
-    table = vt.merge_table(BPETokenizer.train("aaabdaaabac", 3), "aaabdaaabac", [1, 2, 3])
+    table = et.merge_table(BPETokenizer.train("aaabdaaabac", 3), "aaabdaaabac", [1, 2, 3])
     # en.wikipedia.org/wiki/Byte_pair_encoding: aa (twice) -> Z, ab (twice), then ZY (twice)
     assert list(table["new token"]) == ["aa", "ab", "aaab"]
     assert list(table["count in text"]) == [2, 2, 2]
-    table = vt.merge_table(BPETokenizer.train("ab ab ab cd", 3), "ab ab ab cd", [1, 2, 3])
+    table = et.merge_table(BPETokenizer.train("ab ab ab cd", 3), "ab ab ab cd", [1, 2, 3])
     assert list(table["new token"]) == ["ab", "␣ab", "␣c"]  # tie: smaller ids first
     assert list(table["count in text"]) == [3, 2, 1]
 
@@ -478,7 +480,7 @@ def test_exact_density_curve_is_the_closed_form(d):
 
 
 def test_cosine_table_matches_numpy():
-    table = vt.cosine_table((8, 64), 40, seed=2)
+    table = et.cosine_table((8, 64), 40, seed=2)
     for d in (8, 64):
         cos = _numpy_cosines(d, 40, 2)
         assert table.loc[d, "pairs"] == 780
@@ -490,7 +492,7 @@ def test_cosine_table_matches_numpy():
 def test_embedding_table_counts_E_and_the_head():
     from attnlib.analysis.memory import GEMMA3_27B, LLAMA3_70B
 
-    table = vt.embedding_table([LLAMA3_70B, GEMMA3_27B], {"Llama 3 70B": 70e9, "Gemma 3 27B": 27e9},
+    table = et.embedding_table([LLAMA3_70B, GEMMA3_27B], {"Llama 3 70B": 70e9, "Gemma 3 27B": 27e9},
                                {"Llama 3 70B": False, "Gemma 3 27B": True})
     llama, gemma = table.loc["Llama 3 70B"], table.loc["Gemma 3 27B"]
     assert llama["entries of E"] == 128_256 * 8_192  # published shapes

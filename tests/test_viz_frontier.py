@@ -12,13 +12,14 @@ import pytest
 import torch
 
 import attnlib.viz as viz
+from attnlib.analysis.experiments import frontier as ef
 from attnlib.viz import frontier as vf
 
 
 def test_largest_intermediate_counts_the_biggest_tensor():
     X = torch.ones(5, 3)
-    assert vf.largest_intermediate(lambda A: A @ A.T, X) == 25
-    assert vf.largest_intermediate(lambda A: (A.T @ A).sum(), X) == 9
+    assert ef.largest_intermediate(lambda A: A @ A.T, X) == 25
+    assert ef.largest_intermediate(lambda A: (A.T @ A).sum(), X) == 9
 
 
 def test_tiling_table_is_n_squared_against_n_times_block():
@@ -34,7 +35,7 @@ def test_tiling_table_is_n_squared_against_n_times_block():
 
 
 def test_io_table_closed_forms():
-    table = vf.io_table((256,), d=32, block_q=64)
+    table = ef.io_table((256,), d=32, block_q=64)
     n, d, b = 256, 32, 64
     row = table.loc[n]
     assert row["multiply-adds (both)"] == 2 * n * n * d
@@ -92,7 +93,7 @@ def test_feature_count_figure_rejects_bad_r():
 
 
 def test_sink_table_no_gate_needs_the_sink():
-    table = vf.sink_table((0.1, 0.01))
+    table = ef.sink_table((0.1, 0.01))
     assert isinstance(table, pd.DataFrame)
     no_gate = table["share on token 0, no gate"].tolist()
     assert no_gate[1] > no_gate[0] > 0.5  # tighter tolerance, more weight on token 0
@@ -101,7 +102,7 @@ def test_sink_table_no_gate_needs_the_sink():
 
 
 def test_needle_table_closed_form():
-    table = vf.needle_table((4096,), gap=10.0)
+    table = ef.needle_table((4096,), gap=10.0)
     logits = torch.zeros(4096, dtype=torch.float64)
     logits[0] = 10.0
     assert table.iloc[0, 0] == round(float(torch.softmax(logits, 0)[0]), 4)

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import attnlib.viz as viz
+from attnlib.analysis.experiments import gqa as eg
 from attnlib.analysis.memory import GEMMA3_27B, LLAMA3_8B, LLAMA3_70B
 from attnlib.viz import gqa as vg
 
@@ -33,14 +34,14 @@ def _numpy_layer(W_Q, W_K, W_V, W_O, H, G, d_head, X):
 
 
 def _numpy_error(H, G, kind, seed=0):
-    mha = vg.draw_mha(H, kind, seed=seed)
+    mha = eg.draw_mha(H, kind, seed=seed)
     W = {n: getattr(mha, n).detach().numpy() for n in ("W_Q", "W_K", "W_V", "W_O")}
-    d_in, s = vg.D_IN, H // G
+    d_in, s = eg.D_IN, H // G
     pooled = {}
     for n in ("W_K", "W_V"):  # the mean of each group's blocks
         blocks = W[n].reshape(d_in, G, s, vg.D_HEAD)
         pooled[n] = blocks.mean(axis=2).reshape(d_in, G * vg.D_HEAD)
-    X = vg.draw_tokens().numpy()
+    X = eg.draw_tokens().numpy()
     Y = _numpy_layer(W["W_Q"], W["W_K"], W["W_V"], W["W_O"], H, H, vg.D_HEAD, X)
     Y_G = _numpy_layer(W["W_Q"], pooled["W_K"], pooled["W_V"], W["W_O"], H, G, vg.D_HEAD, X)
     return np.linalg.norm(Y_G - Y) / np.linalg.norm(Y)
@@ -52,28 +53,28 @@ def _numpy_error(H, G, kind, seed=0):
 
 def test_draw_mha_follows_its_documented_draw():
     for kind in vg.KINDS:
-        mha = vg.draw_mha(4, kind, seed=3)
+        mha = eg.draw_mha(4, kind, seed=3)
         gen = torch.Generator().manual_seed(3)
-        scale = math.sqrt(vg.D_IN)
-        W_Q = torch.randn(vg.D_IN, 16, generator=gen, dtype=torch.float64) / scale
-        W_O = torch.randn(16, vg.D_IN, generator=gen, dtype=torch.float64) / scale
+        scale = math.sqrt(eg.D_IN)
+        W_Q = torch.randn(eg.D_IN, 16, generator=gen, dtype=torch.float64) / scale
+        W_O = torch.randn(16, eg.D_IN, generator=gen, dtype=torch.float64) / scale
         torch.testing.assert_close(mha.W_Q.detach(), W_Q)
         torch.testing.assert_close(mha.W_O.detach(), W_O)
         for name in ("W_K", "W_V"):
             if kind == "independent":
-                ref = torch.randn(vg.D_IN, 16, generator=gen, dtype=torch.float64) / scale
+                ref = torch.randn(eg.D_IN, 16, generator=gen, dtype=torch.float64) / scale
             else:
-                base = torch.randn(vg.D_IN, 1, 4, generator=gen, dtype=torch.float64) / scale
-                own = torch.randn(vg.D_IN, 4, 4, generator=gen, dtype=torch.float64) / scale
-                ref = (base + vg.NOISE * own).reshape(vg.D_IN, 16)
+                base = torch.randn(eg.D_IN, 1, 4, generator=gen, dtype=torch.float64) / scale
+                own = torch.randn(eg.D_IN, 4, 4, generator=gen, dtype=torch.float64) / scale
+                ref = (base + eg.NOISE * own).reshape(eg.D_IN, 16)
             torch.testing.assert_close(getattr(mha, name).detach(), ref)
 
 
 def test_draw_mha_returns_fresh_copies():
-    a = vg.draw_mha(8, "correlated")
+    a = eg.draw_mha(8, "correlated")
     with torch.no_grad():
         a.W_K.zero_()
-    assert vg.draw_mha(8, "correlated").W_K.abs().sum() > 0
+    assert eg.draw_mha(8, "correlated").W_K.abs().sum() > 0
 
 
 @pytest.mark.parametrize("H,G", [(8, 4), (8, 1), (6, 3), (12, 2), (4, 4)])
@@ -83,7 +84,7 @@ def test_conversion_error_matches_numpy(H, G, kind):
 
 
 def test_conversion_table_and_the_heuristic():
-    table = vg.conversion_table(8)
+    table = eg.conversion_table(8)
     assert list(table.index) == [8, 4, 2, 1]
     assert list(table["s"]) == [1, 2, 4, 8]
     for G in table.index:
@@ -96,10 +97,10 @@ def test_conversion_table_and_the_heuristic():
 
 
 def _numpy_weight_error(H, G, kind, seed=0):
-    mha = vg.draw_mha(H, kind, seed=seed)
+    mha = eg.draw_mha(H, kind, seed=seed)
     own, read = [], []
     for n in ("W_K", "W_V"):
-        W = getattr(mha, n).detach().numpy().reshape(vg.D_IN, G, H // G, vg.D_HEAD)
+        W = getattr(mha, n).detach().numpy().reshape(eg.D_IN, G, H // G, vg.D_HEAD)
         own.append(W)
         read.append(np.broadcast_to(W.mean(axis=2, keepdims=True), W.shape))  # group mean
     own, read = np.stack(own), np.stack(read)
@@ -109,13 +110,13 @@ def _numpy_weight_error(H, G, kind, seed=0):
 @pytest.mark.parametrize(("H", "G", "kind"), [(8, 2, "independent"), (4, 1, "correlated"),
                                               (12, 3, "independent"), (6, 6, "correlated")])
 def test_weight_error_matches_numpy(H, G, kind):
-    assert vg.weight_error(H, G, kind, seed=3) == pytest.approx(
+    assert eg.weight_error(H, G, kind, seed=3) == pytest.approx(
         _numpy_weight_error(H, G, kind, seed=3), rel=1e-12, abs=1e-15)
 
 
 def test_seed_table_averages_and_the_expectation():
     seeds = (0, 1, 2, 3)
-    table = vg.seed_table(4, seeds=seeds)
+    table = eg.seed_table(4, seeds=seeds)
     assert list(table.index) == [2, 1]
     own = 0.1 / math.sqrt(1.01)
     for G in (2, 1):
@@ -128,15 +129,15 @@ def test_seed_table_averages_and_the_expectation():
     # 64 draws: the mean weight error is within 0.01 of its expectation. Seeded, so it
     # cannot flake; the standard error of these means is at most 0.0014, so 0.01 is over
     # seven of them (a false failure for a fresh draw has probability below 1e-11).
-    wide = vg.seed_table(8, seeds=tuple(range(64)))
+    wide = eg.seed_table(8, seeds=tuple(range(64)))
     for kind in vg.KINDS:
         assert (wide[f"weights, {kind}"] - wide[f"predicted, {kind}"]).abs().max() < 0.01
     with pytest.raises(ValueError, match="seeds must hold at least one seed"):
-        vg.seed_table(4, seeds=())
+        eg.seed_table(4, seeds=())
 
 
 def test_savings_table_against_closed_forms():
-    table = vg.savings_table([LLAMA3_70B, GEMMA3_27B, LLAMA3_8B])
+    table = eg.savings_table([LLAMA3_70B, GEMMA3_27B, LLAMA3_8B])
     for spec in (LLAMA3_70B, GEMMA3_27B, LLAMA3_8B):
         row = table.loc[spec.name]
         H, G, d, dh, n_l = (spec.n_heads, spec.n_kv_heads, spec.d_model, spec.d_head,
@@ -149,20 +150,20 @@ def test_savings_table_against_closed_forms():
         assert row["saved"] == f"{H // G}x"
     assert table.loc["Llama 3 70B", "cache bytes per token, GQA"] == 327_680
     with pytest.raises(TypeError, match="ModelSpec"):
-        vg.savings_table(["Llama"])
+        eg.savings_table(["Llama"])
 
 
 def test_explorer_settings_are_exactly_the_divisors():
     expected = [(h, g) for h in vg.HEAD_COUNTS for g in range(1, h + 1)
                 if h % g == 0 and g in vg.KV_HEAD_COUNTS]
-    assert list(vg.EXPLORER_SETTINGS) == expected
-    assert (12, 8) not in vg.EXPLORER_SETTINGS and (8, 8) in vg.EXPLORER_SETTINGS
+    assert list(eg.EXPLORER_SETTINGS) == expected
+    assert (12, 8) not in eg.EXPLORER_SETTINGS and (8, 8) in eg.EXPLORER_SETTINGS
 
 
 def test_explorer_table():
-    table = vg.explorer_table()
-    assert len(table) == len(vg.EXPLORER_SETTINGS)
-    for H, G in vg.EXPLORER_SETTINGS:
+    table = eg.explorer_table()
+    assert len(table) == len(eg.EXPLORER_SETTINGS)
+    for H, G in eg.EXPLORER_SETTINGS:
         row = table.loc[(H, G)]
         assert row["s"] == H // G
         assert row["cache per token and layer"] == 2 * G * vg.D_HEAD
@@ -191,7 +192,7 @@ def test_group_map_figure_labels_the_map():
         vg.group_map_figure(8, (3,))
 
 
-@pytest.mark.parametrize("H,G", vg.EXPLORER_SETTINGS)
+@pytest.mark.parametrize("H,G", eg.EXPLORER_SETTINGS)
 def test_groups_figure_shows_map_cache_and_errors(H, G):
     fig = vg.groups_figure(n_heads=H, n_kv_heads=G)
     heat, cache, errors = fig.data
@@ -216,7 +217,7 @@ def test_groups_figure_explains_an_invalid_pair():
 
 
 def test_twin_offers_every_valid_pair():
-    settings = list(vg.EXPLORER_SETTINGS)
+    settings = list(eg.EXPLORER_SETTINGS)
     fig = viz.twin(vg.groups_figure, ("n_heads", "n_kv_heads"), settings,
                    active=settings.index((8, 2)))
     steps = fig.layout.sliders[0].steps
@@ -232,7 +233,7 @@ def test_figures_use_only_the_site_trace_types():
 @pytest.mark.parametrize(
     ("call", "error", "words"),
     [
-        (lambda: vg.draw_mha(4, "random"), ValueError, "kind"),
+        (lambda: eg.draw_mha(4, "random"), ValueError, "kind"),
         (lambda: vg.conversion_error(8, 3), ValueError, "divisible"),
         (lambda: vg.conversion_error(0, 1), ValueError, "n_heads"),
         (lambda: vg.groups_figure(n_heads=8, n_kv_heads=0), ValueError, "n_kv_heads"),

@@ -13,6 +13,7 @@ import torch
 
 import attnlib
 import attnlib.viz as viz
+from attnlib.analysis.experiments import heads as eh
 from attnlib.viz import heads as vh
 
 
@@ -101,7 +102,7 @@ def test_reads_figure_is_full_against_block_diagonal():
 
 def test_parameter_table_matches_the_closed_form_and_torch():
     settings = [(1, 64), (4, 16), (8, 8), (4, 32)]
-    table = vh.parameter_table(64, settings)
+    table = eh.parameter_table(64, settings)
     for n_heads, d_head in settings:
         row = table.loc[(n_heads, d_head)]
         assert row["total"] == 4 * 64 * n_heads * d_head
@@ -112,13 +113,13 @@ def test_parameter_table_matches_the_closed_form_and_torch():
 
 
 def test_model_widths_table_gives_the_published_widths():
-    table = vh.model_widths_table([attnlib.LLAMA3_70B, attnlib.GEMMA3_27B])
+    table = eh.model_widths_table([attnlib.LLAMA3_70B, attnlib.GEMMA3_27B])
     assert table.loc["Llama 3 70B"].tolist() == [8192, 64, 128, 8192, 1.0, 8]
     assert table.loc["Gemma 3 27B", "G"] == 16
     assert table.loc["Gemma 3 27B", "H d_head"] == 32 * 128 == 4096
     assert table.loc["Gemma 3 27B", "H d_head / d"] == round(4096 / 5376, 4)
     with pytest.raises(TypeError, match="ModelSpec"):
-        vh.model_widths_table(["Llama 3 70B"])
+        eh.model_widths_table(["Llama 3 70B"])
 
 
 def test_layer_heads_figure_draws_every_head_of_every_layer_rounded():

@@ -13,6 +13,7 @@ import torch
 
 import attnlib
 import attnlib.viz as viz
+from attnlib.analysis.experiments import kvcache as ek
 from attnlib.analysis.memory import PRESETS
 from attnlib.viz import kvcache as vk
 
@@ -23,7 +24,7 @@ def test_decode_timings_generate_the_tokens_of_generate():
     model = attnlib.TinyDecoder(vocab_size=40, d_model=16, n_layers=2, n_heads=2, seed=0)
     ids = torch.tensor([[3, 1, 4]])
     for use_cache in (True, False):
-        out, secs = vk.decode_timings(model, ids, 6, use_cache=use_cache, repeats=2)
+        out, secs = ek.decode_timings(model, ids, 6, use_cache=use_cache, repeats=2)
         assert torch.equal(out, model.generate(ids, 6, use_cache=use_cache))
         assert len(secs) == 6 and all(s > 0 for s in secs)
 
@@ -42,7 +43,7 @@ def test_timing_figure_gives_tokens_per_second_and_the_speed_up():
 
 
 def test_macs_table_is_the_closed_forms():
-    table = vk.macs_table([5, 40], **SHAPE)
+    table = ek.macs_table([5, 40], **SHAPE)
     width = SHAPE["n_layers"] * SHAPE["n_heads"] * SHAPE["d_head"]
     for N in (5, 40):
         assert table.loc[N, "attention, recomputing"] == sum(2 * width * n * n
@@ -76,7 +77,7 @@ def _first_n_past(spec, weights, batch=1, n_b=2):
 
 
 def test_preset_table_is_the_formula_with_windows_counted_layer_by_layer():
-    table = vk.preset_table(131_072)
+    table = ek.preset_table(131_072)
     for name, spec in PRESETS.items():
         per_layer = (spec.d_latent + spec.d_rope if spec.d_latent
                      else 2 * spec.n_kv_heads * spec.d_head)
@@ -94,9 +95,9 @@ def test_preset_table_is_the_formula_with_windows_counted_layer_by_layer():
 
 
 def test_memory_table_and_figure_agree_with_the_formula():
-    table = vk.memory_table()
-    assert len(table) == len(vk.MEMORY_SETTINGS)
-    for model, context, batch, dtype in vk.MEMORY_SETTINGS:
+    table = ek.memory_table()
+    assert len(table) == len(ek.MEMORY_SETTINGS)
+    for model, context, batch, dtype in ek.MEMORY_SETTINGS:
         spec = PRESETS[model]
         n_b = {"fp32": 4, "bf16": 2, "fp8": 1}[dtype]
         cache = _cache_by_layers(spec, context, batch, n_b)
@@ -125,14 +126,14 @@ def test_llama3_70b_figure_numbers():
 
 def test_twin_is_small_and_draws_only_scatter():
     fig = viz.twin(vk.memory_figure, ("model", "context", "batch", "dtype"),
-                   list(vk.MEMORY_SETTINGS))
+                   list(ek.MEMORY_SETTINGS))
     assert {t.type for t in fig.data} == {"scatter"}
     assert len(json.dumps(fig.to_plotly_json())) < 300_000
-    assert len(fig.layout.sliders[0].steps) == len(vk.MEMORY_SETTINGS)
+    assert len(fig.layout.sliders[0].steps) == len(ek.MEMORY_SETTINGS)
 
 
 def test_reservation_table_counts_blocks():
-    table = vk.reservation_table([1, 16, 17], max_tokens=64, block_tokens=16, bytes_per_token=10)
+    table = ek.reservation_table([1, 16, 17], max_tokens=64, block_tokens=16, bytes_per_token=10)
     assert table.loc["preallocated", "tokens reserved"] == 3 * 64
     assert table.loc["paged", "tokens reserved"] == 16 + 16 + 32
     assert table.loc["exact", "tokens reserved"] == 34
@@ -145,9 +146,9 @@ def test_reservation_table_counts_blocks():
         (lambda: vk.memory_figure(model="GPT-5"), ValueError, r"model must be one of"),
         (lambda: vk.memory_figure(dtype="int4"), ValueError, r"dtype must be one of"),
         (lambda: vk.memory_figure(batch=0), ValueError, r"batch .*got 0"),
-        (lambda: vk.reservation_table([9], max_tokens=8, block_tokens=4, bytes_per_token=1),
+        (lambda: ek.reservation_table([9], max_tokens=8, block_tokens=4, bytes_per_token=1),
          ValueError, r"lengths must be at most max_tokens=8; got 9"),
-        (lambda: vk.macs_table([0], **SHAPE), ValueError, r"n_passes.*got 0"),
+        (lambda: ek.macs_table([0], **SHAPE), ValueError, r"n_passes.*got 0"),
     ],
 )
 def test_bad_input_names_the_argument(call, error, pattern):

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import attnlib.viz as viz
+from attnlib.analysis.experiments import lookup as el
 from attnlib.viz import lookup as vl
 
 KEYS = [[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0], [1.0, 1.0]]
@@ -98,7 +99,7 @@ def _brute_force_vertices(pts: list[list[float]]) -> set[int]:
 def test_convex_hull_matches_brute_force(seed):
     gen = torch.Generator().manual_seed(seed)
     points = torch.randn(9, 2, generator=gen, dtype=torch.float64)
-    hull = vl.convex_hull(points)
+    hull = el.convex_hull(points)
     pts = points.tolist()
     assert set(hull) == _brute_force_vertices(pts)
     # counter-clockwise: positive signed area (shoelace formula)
@@ -108,12 +109,12 @@ def test_convex_hull_matches_brute_force(seed):
 
 
 def test_convex_hull_of_the_toy_values_leaves_out_the_inner_one():
-    assert sorted(vl.convex_hull(torch.tensor(VALUES))) == [0, 1, 2, 3]  # v_4 = (3, 1) is inside
+    assert sorted(el.convex_hull(torch.tensor(VALUES))) == [0, 1, 2, 3]  # v_4 = (3, 1) is inside
 
 
 def test_convex_hull_rejects_points_that_are_not_2d():
     with pytest.raises(ValueError, match=r"shape \(n, 2\)"):
-        vl.convex_hull(torch.zeros(4, 3))
+        el.convex_hull(torch.zeros(4, 3))
 
 
 # ---------------------------------------------------------------------------------------
@@ -155,7 +156,7 @@ def test_lookup_figure_draws_the_hull_and_keeps_data_rounded():
         for axis in ("x", "y"):
             for value in getattr(trace, axis) or []:
                 if isinstance(value, float):
-                    assert _decimals(value) <= viz.DECIMALS
+                    assert _decimals(value) <= viz.style.DECIMALS
 
 
 def test_lookup_figure_says_outside_for_an_empty_relu_row():
@@ -209,7 +210,7 @@ def test_live_explorer_has_a_kernel_dropdown_and_an_angle_slider():
 def test_kernel_table_matches_loops():
     q = vl.query_at(60.0, 2.0)
     kernels = {**{name: name for name in FUNCTIONS}, "taylor": lambda s: 1 + s + s**2 / 2}
-    table = vl.kernel_table(q, torch.tensor(KEYS), torch.tensor(VALUES), kernels)
+    table = el.kernel_table(q, torch.tensor(KEYS), torch.tensor(VALUES), kernels)
     assert list(table.columns) == ["key 0", "key 1", "key 2", "key 3", "key 4", "y[0]",
                                    "y[1]", "largest weight", "zero weights"]
     functions = {**FUNCTIONS, "taylor": lambda s: 1 + s + s * s / 2}
@@ -225,7 +226,7 @@ def test_kernel_table_matches_loops():
 
 def test_kernel_table_rejects_more_than_one_query():
     with pytest.raises(ValueError, match=r"shape \(1, d_QK\)"):
-        vl.kernel_table(torch.zeros(2, 2), torch.tensor(KEYS), torch.tensor(VALUES),
+        el.kernel_table(torch.zeros(2, 2), torch.tensor(KEYS), torch.tensor(VALUES),
                         {"relu": "relu"})
 
 

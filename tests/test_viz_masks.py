@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 import attnlib
 import attnlib.viz as viz
+from attnlib.analysis.experiments import masks as em
 from attnlib.viz import masks as vm
 
 
@@ -40,10 +41,10 @@ def _weights(mask: str, n_q: int, n_kv: int, window: int, length: int, align: st
              seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """The documented draw, masked softmax in numpy; rows with no key are zeros."""
     gen = torch.Generator().manual_seed(seed)
-    Q = torch.randn(vm.N_MAX, vm.D_QK, generator=gen, dtype=torch.float64).numpy()
-    K = torch.randn(vm.N_MAX, vm.D_QK, generator=gen, dtype=torch.float64).numpy()
+    Q = torch.randn(em.N_MAX, em.D_QK, generator=gen, dtype=torch.float64).numpy()
+    K = torch.randn(em.N_MAX, em.D_QK, generator=gen, dtype=torch.float64).numpy()
     start = max(n_kv - n_q, 0)
-    S = Q[start:start + n_q] @ K[:n_kv].T / math.sqrt(vm.D_QK)
+    S = Q[start:start + n_q] @ K[:n_kv].T / math.sqrt(em.D_QK)
     allowed = _visible(mask, n_q, n_kv, window, length, align)
     P = np.zeros_like(S)
     for i in range(n_q):
@@ -55,7 +56,7 @@ def _weights(mask: str, n_q: int, n_kv: int, window: int, length: int, align: st
 
 SETTINGS = [
     (mask, n_q, n_kv, window, length, align)
-    for mask in vm.MASKS for align in vm.ALIGNMENTS
+    for mask in em.MASKS for align in em.ALIGNMENTS
     for n_q, n_kv in ((1, 1), (3, 3), (2, 6), (6, 4), (8, 8))
     for window, length in ((1, 0), (3, 4), (8, 8))
 ]
@@ -68,7 +69,7 @@ SETTINGS = [
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: "-".join(map(str, s)))
 def test_mask_for_matches_the_set_definitions(setting):
     mask, n_q, n_kv, window, length, align = setting
-    got = vm.mask_for(mask, n_q, n_kv, window=window, length=length, align=align)
+    got = em.mask_for(mask, n_q, n_kv, window=window, length=length, align=align)
     assert got.dtype == torch.bool and got.shape == (n_q, n_kv)
     np.testing.assert_array_equal(got.numpy(), _visible(*setting))
 
@@ -76,15 +77,15 @@ def test_mask_for_matches_the_set_definitions(setting):
 def test_top_left_is_sdpa_is_causal():
     gen = torch.Generator().manual_seed(3)
     Q, K, V = (torch.randn(n, 4, generator=gen) for n in (2, 6, 6))
-    mask = vm.mask_for("causal", 2, 6, align="top-left")
+    mask = em.mask_for("causal", 2, 6, align="top-left")
     torch.testing.assert_close(
         F.scaled_dot_product_attention(Q, K, V, attn_mask=mask),
         F.scaled_dot_product_attention(Q, K, V, is_causal=True))
 
 
 def test_length_defaults_to_no_padding_and_is_clipped():
-    np.testing.assert_array_equal(vm.mask_for("padding", 2, 3).numpy(), np.ones((2, 3), bool))
-    np.testing.assert_array_equal(vm.mask_for("padding", 2, 3, length=9).numpy(),
+    np.testing.assert_array_equal(em.mask_for("padding", 2, 3).numpy(), np.ones((2, 3), bool))
+    np.testing.assert_array_equal(em.mask_for("padding", 2, 3, length=9).numpy(),
                                   np.ones((2, 3), bool))
 
 
@@ -102,7 +103,7 @@ def test_mask_for_rejects_bad_settings(kwargs, error, words):
     args = {"mask": "causal", "n_q": 2, "n_kv": 3, **kwargs}
     mask, n_q, n_kv = args.pop("mask"), args.pop("n_q"), args.pop("n_kv")
     with pytest.raises(error, match=words):
-        vm.mask_for(mask, n_q, n_kv, **args)
+        em.mask_for(mask, n_q, n_kv, **args)
 
 
 # ---------------------------------------------------------------------------------------
@@ -110,7 +111,7 @@ def test_mask_for_rejects_bad_settings(kwargs, error, words):
 
 
 @pytest.mark.parametrize("setting", [
-    *vm.MASK_SETTINGS,
+    *em.MASK_SETTINGS,
     ("none", 3, 5, 2, 5, "bottom-right"), ("sliding window", 4, 4, 1, 4, "top-left"),
     ("causal + padding", 5, 7, 3, 0, "bottom-right"),
 ], ids=lambda s: "-".join(map(str, s)))
@@ -144,14 +145,14 @@ def test_mask_builder_figure_matches_numpy(setting):
 
 def test_mask_builder_rejects_sizes_beyond_the_draw():
     with pytest.raises(ValueError, match="n_kv must be at most N_MAX"):
-        vm.mask_builder_figure(n_kv=vm.N_MAX + 1)
+        vm.mask_builder_figure(n_kv=em.N_MAX + 1)
 
 
 def test_mask_table_matches_the_definitions():
-    table = vm.mask_table()
-    assert len(table) == len(vm.MASK_SETTINGS)
+    table = em.mask_table()
+    assert len(table) == len(em.MASK_SETTINGS)
     for (mask, n_q, n_kv, window, length, align), (_, row) in zip(
-            vm.MASK_SETTINGS, table.iterrows(), strict=True):
+            em.MASK_SETTINGS, table.iterrows(), strict=True):
         allowed, P = _weights(mask, n_q, n_kv, window, length, align)
         assert row["allowed pairs"] == allowed.sum()
         assert row["keys per query"] == ", ".join(str(c) for c in allowed.sum(axis=1))
@@ -165,9 +166,9 @@ def test_mask_table_matches_the_definitions():
 
 def test_mask_builder_twin_offers_every_setting_under_one_megabyte():
     names = ("mask", "n_q", "n_kv", "window", "length", "align")
-    fig = viz.twin(vm.mask_builder_figure, names, list(vm.MASK_SETTINGS))
-    assert len(fig.layout.sliders[0].steps) == len(vm.MASK_SETTINGS)
-    assert len(fig.data) == 2 * len(vm.MASK_SETTINGS)
+    fig = viz.twin(vm.mask_builder_figure, names, list(em.MASK_SETTINGS))
+    assert len(fig.layout.sliders[0].steps) == len(em.MASK_SETTINGS)
+    assert len(fig.data) == 2 * len(em.MASK_SETTINGS)
     assert len(fig.to_json()) < 1_000_000
 
 
@@ -219,7 +220,7 @@ def _by_equations(norm: str, n_layers: int = 3, d: int = 16, heads: int = 2, n: 
     return out
 
 
-@pytest.mark.parametrize("norm", vm.PLACEMENTS)
+@pytest.mark.parametrize("norm", em.PLACEMENTS)
 @pytest.mark.parametrize("scale", [1.0, 3.0])
 def test_residual_variances_follow_the_residual_equations(norm, scale):
     got = vm.residual_variances(norm, n_layers=3, d_model=16, n_heads=2, n_tokens=5, batch=2,
@@ -254,11 +255,11 @@ def test_residual_variances_reject_bad_settings(kwargs, words):
 
 
 def test_norm_variance_tables_and_figure_agree_with_residual_variances():
-    table = vm.norm_variance_table((0, 6, 12), n_layers=12)
-    scales = vm.weight_scale_table((1.0, 2.0), n_layers=12)
+    table = em.norm_variance_table((0, 6, 12), n_layers=12)
+    scales = em.weight_scale_table((1.0, 2.0), n_layers=12)
     fig = vm.norm_variance_figure(n_layers=12, scales=(1.0, 2.0))
     assert len(fig.data) == 6
-    for k, norm in enumerate(vm.PLACEMENTS):
+    for k, norm in enumerate(em.PLACEMENTS):
         v = vm.residual_variances(norm, n_layers=12)
         assert list(table[f"{norm}-LN"]) == [float(f"{v[d]:.3g}") for d in (0, 6, 12)]
         depth_trace, scale_trace = fig.data[2 * k], fig.data[2 * k + 1]
@@ -270,7 +271,7 @@ def test_norm_variance_tables_and_figure_agree_with_residual_variances():
         assert any(a.text == f"{norm}-LN: {v[-1]:.3g}" for a in fig.layout.annotations)
     assert re.search(r"12 decoder blocks", fig.layout.title.text)
     with pytest.raises(ValueError, match="depths"):
-        vm.norm_variance_table((13,), n_layers=12)
+        em.norm_variance_table((13,), n_layers=12)
 
 
 # ---------------------------------------------------------------------------------------
@@ -279,7 +280,7 @@ def test_norm_variance_tables_and_figure_agree_with_residual_variances():
 
 @pytest.mark.parametrize("d", [6, 64, 96])
 def test_feed_forward_table_matches_the_closed_forms(d):
-    table = vm.feed_forward_table(d)
+    table = em.feed_forward_table(d)
     matched = round(8 * d / 3)
     assert table["d_ff"].tolist() == [4 * d, 4 * d, 4 * d, matched]
     assert table["matrices"].tolist() == [2, 2, 3, 3]

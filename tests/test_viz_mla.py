@@ -16,6 +16,7 @@ import torch
 
 import attnlib
 import attnlib.viz as viz
+from attnlib.analysis.experiments import mla as em
 from attnlib.viz import mla as vm
 
 V2 = {"N_L": 60, "d": 5120, "H": 128, "d_head": 128, "d_v": 128, "d_L": 512, "d_R": 64,
@@ -39,7 +40,7 @@ def test_names_table_shapes_are_the_closed_forms():
         "W_LQK^h = W_LQQ^h (W_LK^h)^T": (H, s["d_LQ"], s["d_L"]),
         "W_LO = blockdiag(W_LV^h) W_O": (H * s["d_L"], s["d"]),
     }
-    table = vm.names_table()
+    table = em.names_table()
     assert list(table.index) == list(expected)
     for name, shape in expected.items():
         assert table.loc[name, "shape at DeepSeek-V2"] == str(shape)
@@ -58,7 +59,7 @@ def _notation_rows() -> dict[str, str]:
 
 def test_names_agree_with_the_notation_page():
     rows = _notation_rows()
-    for _paper, ours, deepseek, hf in vm.NAMES[:8]:  # the eight weight matrices
+    for _paper, ours, deepseek, hf in em.NAMES[:8]:  # the eight weight matrices
         row = rows[ours]
         plain = row.replace("{", "").replace("}", "").replace("$", "")
         assert deepseek in plain, (ours, deepseek, row)
@@ -69,7 +70,7 @@ def test_names_agree_with_the_notation_page():
 
 def test_cache_table_matches_closed_forms():
     s = V2
-    table = vm.cache_table()
+    table = em.cache_table()
     mha, latent, both = 2 * s["H"] * s["d_head"], s["d_L"], s["d_L"] + s["d_R"]
     assert table["numbers / token / layer"].tolist() == [mha, latent, both]
     assert table["bytes / token, all layers"].tolist() == [v * s["N_L"] * 2
@@ -81,7 +82,7 @@ def test_cache_table_matches_closed_forms():
 def test_decode_cost_table_matches_closed_forms():
     s = V2
     H, dh, dv, dL, dR, dLQ, d = (s[k] for k in ("H", "d_head", "d_v", "d_L", "d_R", "d_LQ", "d"))
-    table = vm.decode_cost_table(contexts=(4096,))
+    table = em.decode_cost_table(contexts=(4096,))
     proj = d * dLQ + dLQ * H * (dh + dR) + d * (dL + dR) + H * dv * d
     n = 4096
     expected = {  # path: (numbers cached per token, multiply-adds)
@@ -90,18 +91,18 @@ def test_decode_cost_table_matches_closed_forms():
         "absorbed": (dL + dR, proj + H * dh * dL + H * dL * dv + n * H * (2 * dL + dR)),
     }
     for path, (values, macs) in expected.items():
-        row = table.loc[(n, vm.PATH_LABELS[path])]
+        row = table.loc[(n, em.PATH_LABELS[path])]
         assert row["cache read, MB"] == round(n * values * 2 / 1e6, 1)
         assert row["multiply-adds, millions"] == round(macs / 1e6, 1)
-    assert table.loc[(n, vm.PATH_LABELS["absorbed"]), "attention multiply-adds per cache byte"] \
+    assert table.loc[(n, em.PATH_LABELS["absorbed"]), "attention multiply-adds per cache byte"] \
         == round(H * (2 * dL + dR) / ((dL + dR) * 2), 2)
     assert table.index.names == ["context n", "path"]
 
 
 @pytest.mark.parametrize(("fn", "error"), [
-    (lambda: vm.cache_table(attnlib.analysis.memory.LLAMA3_8B), ValueError),
-    (lambda: vm.decode_cost_table("DeepSeek-V2"), TypeError),
-    (lambda: vm.names_table(attnlib.analysis.memory.LLAMA3_70B), ValueError),
+    (lambda: em.cache_table(attnlib.analysis.memory.LLAMA3_8B), ValueError),
+    (lambda: em.decode_cost_table("DeepSeek-V2"), TypeError),
+    (lambda: em.names_table(attnlib.analysis.memory.LLAMA3_70B), ValueError),
 ])
 def test_tables_reject_models_without_a_latent(fn, error):
     with pytest.raises(error, match="spec"):
@@ -162,7 +163,7 @@ def test_conversion_errors_against_numpy(seed):
 
 
 def test_conversion_table_flags_the_rises():
-    table = vm.conversion_table()
+    table = em.conversion_table()
     out = table["output error"]
     rose = [k for k in range(2, 17) if out[k] > out[k - 1]]
     assert table.index[table["output error rose"]].tolist() == rose == [3, 9, 10]

@@ -19,13 +19,14 @@ import torch.nn.functional as F
 
 import attnlib.viz as viz
 from attnlib.analysis import randomised as R
+from attnlib.analysis.experiments import randomised as er
 from attnlib.viz import randomised as vr
 
 F64 = torch.float64
 
 
 def test_retrieval_head_follows_its_recipe():
-    Q, K, V, targets = vr.retrieval_head(8.0, n=32, d=16, seed=3)
+    Q, K, V, targets = er.retrieval_head(8.0, n=32, d=16, seed=3)
     gen = torch.Generator().manual_seed(3)
     K_ref = torch.randn(32, 16, generator=gen, dtype=F64)
     K_ref = K_ref * torch.exp(0.25 * torch.randn(32, 1, generator=gen, dtype=F64))
@@ -36,22 +37,22 @@ def test_retrieval_head_follows_its_recipe():
     torch.testing.assert_close(Q, 8.0 * (K_ref[t_ref] + 0.3 * noise) / 4.0)
     # the peaked head puts its weight on the targets, the flat one does not
     weights = {}
-    for name, beta in vr.SHARPNESS.items():
-        Qb, Kb, _, tb = vr.retrieval_head(beta)
+    for name, beta in er.SHARPNESS.items():
+        Qb, Kb, _, tb = er.retrieval_head(beta)
         P = torch.softmax(Qb @ Kb.T / 8.0, dim=-1)
         weights[name] = float(P[torch.arange(256), tb].mean())
     assert weights["peaked"] > 0.5 > 0.05 > weights["flat"]
 
 
 def test_retrieval_head_returns_copies():
-    Q, *_ = vr.retrieval_head(1.0)
+    Q, *_ = er.retrieval_head(1.0)
     Q.zero_()
-    assert vr.retrieval_head(1.0)[0].abs().sum() > 0
+    assert er.retrieval_head(1.0)[0].abs().sum() > 0
 
 
 def test_proposals_are_distributions_and_P_is_softmax():
-    Q, K, _, _ = vr.retrieval_head(8.0)
-    props = vr.proposals(Q, K)
+    Q, K, _, _ = er.retrieval_head(8.0)
+    props = er.proposals(Q, K)
     assert list(props) == list(vr.PROPOSALS)
     for rho in props.values():
         torch.testing.assert_close(rho.sum(-1), torch.ones(256, dtype=F64))
@@ -59,12 +60,12 @@ def test_proposals_are_distributions_and_P_is_softmax():
 
 
 def test_importance_table_below_the_bound_and_first_order_of_P_exact():
-    table = vr.importance_table((16, 64))
+    table = er.importance_table((16, 64))
     assert isinstance(table, pd.DataFrame) and (table["draws"] == 200).all()
     assert (table["E|y_hat - y|^2 (measured)"] <= table["bound"]).all()
     assert (table.loc["attention weights", "ESS / m"] == 1.0).all()
     # first order for rho = P is Var_{P_0}(V) / m exactly, by an explicit sum
-    Q, K, V, _ = vr.retrieval_head(8.0)
+    Q, K, V, _ = er.retrieval_head(8.0)
     p = torch.softmax(Q[0] @ K.T / 8.0, -1)
     var = float((p * (V - p @ V).pow(2).sum(-1)).sum())
     for m in (16, 64):
@@ -79,14 +80,14 @@ def test_importance_bound_formula():
     V = torch.tensor([[0.0, 2.0], [2.0, 0.0]], dtype=F64)  # y = (1, 1)
     rho = torch.tensor([0.25, 0.75], dtype=F64)
     rho_bar = 0.25 / 0.25 + 0.25 / 0.75
-    assert float(vr.importance_bound(P, V, rho, 4)) == pytest.approx(4 * rho_bar * 2 / 4)
+    assert float(er.importance_bound(P, V, rho, 4)) == pytest.approx(4 * rho_bar * 2 / 4)
 
 
 def test_proposal_figure_and_twin():
     fig = vr.proposal_figure("sketch", 16, "peaked")
     assert isinstance(fig, go.Figure) and len(fig.data) == 9
     assert "peaked head, sketch, m = 16" in fig.layout.title.text
-    table = vr.proposal_errors("peaked", "sketch", vr.SAMPLE_COUNTS)
+    table = er.proposal_errors("peaked", "sketch", vr.SAMPLE_COUNTS)
     measured = [round(math.sqrt(e), 4) for e in table["E|y_hat - y|^2 (measured)"]]
     sketch_curve = next(t for t in fig.data if t.name == "measured, sketch")
     assert list(sketch_curve.y) == pytest.approx(measured, rel=1e-3)
@@ -111,10 +112,10 @@ def test_proposal_figure_and_twin():
 
 
 def test_sampling_topk_table_costs_and_shape():
-    table = vr.sampling_topk_table((4, 16), draws=2)
+    table = er.sampling_topk_table((4, 16), draws=2)
     assert list(table.columns) == ["Monte Carlo from P", "top-k, exact logits",
                                    "importance, sketch", "top-k, sketch"]
-    Q, K, V, _ = vr.retrieval_head(8.0)
+    Q, K, V, _ = er.retrieval_head(8.0)
     Y = F.scaled_dot_product_attention(Q, K, V)
     from attnlib.analysis.approx import topk_attention
     err = float((topk_attention(Q, K, V, 16) - Y).norm() / Y.norm())
@@ -123,8 +124,8 @@ def test_sampling_topk_table_costs_and_shape():
 
 
 def test_product_table_matches_the_exact_formula_and_the_bound():
-    table = vr.product_table((16,), draws=50)
-    Q, K, V, _ = vr.retrieval_head(8.0)
+    table = er.product_table((16,), draws=50)
+    Q, K, V, _ = er.retrieval_head(8.0)
     A = torch.exp(Q @ K.T / 8.0)
     AV = A @ V
     formula = float(R.sampled_product_mse(A, V, 16).sqrt() / AV.norm())
@@ -134,32 +135,32 @@ def test_product_table_matches_the_exact_formula_and_the_bound():
 
 
 def test_sketch_table_variance_and_tail():
-    table = vr.sketch_table((16, 64), draws=1000)
+    table = er.sketch_table((16, 64), draws=1000)
     assert table["variance / formula"].between(0.85, 1.15).all()
     tail = table.columns[2]
     assert tail.startswith("P(|error| > 0.5")
     assert (table[tail] <= table["bound"]).all()
     assert table.loc[64, "bound"] == round(4 * math.exp(-64 * (0.25 - 0.125) / 4), 4)
     with pytest.raises(ValueError, match="eps must lie in"):
-        vr.sketch_table(eps=1.5)
+        er.sketch_table(eps=1.5)
 
 
 def test_select_weight_table_selection_beats_weighting_at_small_r():
-    table = vr.select_weight_table((8, 32), draws=2)
+    table = er.select_weight_table((8, 32), draws=2)
     found = table["target in the sketch's top k"]
     assert found.loc[32] >= found.loc[8]
     assert (table["error, sketch selects"] < table["error, sketch weights"]).all()
 
 
 def test_sequence_rank_table_nystrom_flat_better_than_peaked():
-    table = vr.sequence_rank_table((8, 32))
+    table = er.sequence_rank_table((8, 32))
     assert table.index.names == ["head", "r"]
     nys = table["Nystrom, segment means"]
     assert (nys.loc["flat"].values < nys.loc["peaked"].values).all()
 
 
 def test_structure_table_mla_needs_a_decaying_spectrum():
-    table = vr.structure_table()
+    table = er.structure_table()
     mla = table["error, MLA d_L = 16"]
     assert (mla.loc["decaying"].values < 0.1).all() and (mla.loc["flat"].values > 0.3).all()
     nys = table["error, Nystrom r = 32"]
@@ -168,7 +169,7 @@ def test_structure_table_mla_needs_a_decaying_spectrum():
 
 
 def test_svd_table_below_the_bound_and_never_better_than_eckart_young():
-    table = vr.svd_table(((4, 0), (4, 1)), rank=8, draws=20)
+    table = er.svd_table(((4, 0), (4, 1)), rank=8, draws=20)
     assert (table["spectral error, mean"] <= table["bound on the mean"]).all()
     assert (table["spectral error, mean"] >= table["exact SVD: s_k"] - 1e-4).all()
     assert (table["Frobenius / Eckart-Young"] >= 1 - 1e-4).all()
@@ -177,16 +178,16 @@ def test_svd_table_below_the_bound_and_never_better_than_eckart_young():
 
 
 def test_feature_bias_table_falls_like_one_over_r():
-    table = vr.feature_bias_table((4, 64))
+    table = er.feature_bias_table((4, 64))
     assert table.loc[64, "|bias| (measured)"] < table.loc[4, "|bias| (measured)"] / 8
     assert (table["|bias| (measured)"] > 3 * table["standard error"]).all()
     with pytest.raises(ValueError, match="multiple of 500"):
-        vr.feature_bias_table(draws=1234)
+        er.feature_bias_table(draws=1234)
 
 
 def test_delta_bias_against_monte_carlo_of_the_moments():
     """The closed-form second moments of one feature against 400,000 sampled features."""
-    Q, K, _ = vr.feature_head()
+    Q, K, _ = er.feature_head()
     root = 8 ** -0.25
     Omega = torch.randn(8, 400_000, generator=torch.Generator().manual_seed(5), dtype=F64)
     q, k = Q[0] * root, K * root
@@ -199,7 +200,7 @@ def test_delta_bias_against_monte_carlo_of_the_moments():
 
 
 def test_estimator_table_respects_the_budget():
-    table = vr.estimator_table(0.25)
+    table = er.estimator_table(0.25)
     assert list(table.index) == [e for e in R.ESTIMATORS if e != "exact"]
     hungry = {"monte carlo", "top-k, exact logits", "sampled product", "sketched logits"}
     for estimator, row in table.iterrows():
@@ -211,7 +212,7 @@ def test_estimator_table_respects_the_budget():
         assert cost > limit * R.multiply_adds("exact", 256, 256, 64, 64, 0)
     assert table.loc["top-k, exact logits", "error, peaked head"] < 0.1
     with pytest.raises(ValueError, match="fraction must lie in"):
-        vr.estimator_table(1.5)
+        er.estimator_table(1.5)
 
 
 def test_trained_heads_reproduce_each_attention_output():

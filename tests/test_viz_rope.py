@@ -13,6 +13,7 @@ import torch
 
 import attnlib
 import attnlib.viz as viz
+from attnlib.analysis.experiments import rope as er
 from attnlib.viz import rope as vr
 
 
@@ -20,7 +21,7 @@ def _draw(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """The documented draw: the query, then the key as the query plus noise."""
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(vr.D_EXPLORE, generator=gen, dtype=torch.float64)
-    k = q + vr.KEY_NOISE * torch.randn(vr.D_EXPLORE, generator=gen, dtype=torch.float64)
+    k = q + er.KEY_NOISE * torch.randn(vr.D_EXPLORE, generator=gen, dtype=torch.float64)
     return q.numpy(), k.numpy()
 
 
@@ -48,7 +49,7 @@ def test_wavelengths_are_two_pi_b_to_the_2i_over_d(d, base):
 
 
 def test_wavelength_table_counts_slow_pairs():
-    table = vr.wavelength_table(128, (10_000.0, 500_000.0), context=131_072)
+    table = er.wavelength_table(128, (10_000.0, 500_000.0), context=131_072)
     column = "pairs with wavelength > 131,072"
     for base in (10_000.0, 500_000.0):
         lam = [2 * math.pi * base ** (2 * i / 128) for i in range(64)]
@@ -87,7 +88,7 @@ def test_offset_scores_are_scores_at_any_pair_of_positions():
         torch.testing.assert_close(s[0, 0], scores[m - n])
 
 
-@pytest.mark.parametrize("setting", [*vr.ROTATION_SETTINGS, (13, 100.0), (0, 500_000.0)])
+@pytest.mark.parametrize("setting", [*er.ROTATION_SETTINGS, (13, 100.0), (0, 500_000.0)])
 def test_rotation_figure_matches_the_references(setting):
     offset, base = setting
     fig = vr.rotation_figure(offset, base)
@@ -125,9 +126,9 @@ def test_rotation_figure_matches_the_references(setting):
 
 
 def test_rotation_table_matches_the_references():
-    table = vr.rotation_table()
-    assert len(table) == len(vr.ROTATION_SETTINGS)
-    for (offset, base), (_, row) in zip(vr.ROTATION_SETTINGS, table.iterrows(), strict=True):
+    table = er.rotation_table()
+    assert len(table) == len(er.ROTATION_SETTINGS)
+    for (offset, base), (_, row) in zip(er.ROTATION_SETTINGS, table.iterrows(), strict=True):
         s = _scores(base)
         assert row["pair 0, turns"] == pytest.approx(offset / (2 * math.pi), abs=5e-4)
         assert row["pair 7, radians"] == pytest.approx(offset * base ** (-7 / 8), rel=1e-3)
@@ -148,9 +149,9 @@ def test_rotation_figure_rejects_bad_settings(kwargs, error, words):
 
 
 def test_rotation_twin_offers_every_setting_under_one_megabyte():
-    fig = viz.twin(vr.rotation_figure, ("offset", "base"), list(vr.ROTATION_SETTINGS))
-    assert len(fig.layout.sliders[0].steps) == len(vr.ROTATION_SETTINGS)
-    assert len(fig.data) == 7 * len(vr.ROTATION_SETTINGS)
+    fig = viz.twin(vr.rotation_figure, ("offset", "base"), list(er.ROTATION_SETTINGS))
+    assert len(fig.layout.sliders[0].steps) == len(er.ROTATION_SETTINGS)
+    assert len(fig.data) == 7 * len(er.ROTATION_SETTINGS)
     assert len(fig.to_json()) < 1_000_000
 
 
@@ -161,7 +162,7 @@ def test_rope_module_is_reachable_from_attnlib_viz():
 def test_wavelength_table_with_llama3_scaling_stretches_the_slow_pairs():
     from attnlib.core.rope import Llama3Scaling
 
-    table = vr.wavelength_table(128, (500_000.0, (500_000.0, Llama3Scaling())), context=131_072)
+    table = er.wavelength_table(128, (500_000.0, (500_000.0, Llama3Scaling())), context=131_072)
     assert list(table.index) == ["500,000", "500,000, llama3 ×8"]
     assert table["pairs with wavelength > 131,072"].tolist() == [15, 25]
     slowest = 2 * math.pi * 500_000 ** (126 / 128)  # closed form, pair 63
@@ -172,7 +173,7 @@ def test_wavelength_table_with_llama3_scaling_stretches_the_slow_pairs():
 
 def test_a_curve_takes_only_the_library_scalings():
     with pytest.raises(TypeError, match="scaling"):
-        vr.wavelength_table(16, ((10_000.0, "llama3"),))
+        er.wavelength_table(16, ((10_000.0, "llama3"),))
 
 
 def test_twin_settings_leave_the_answers_to_be_found():
@@ -180,4 +181,4 @@ def test_twin_settings_leave_the_answers_to_be_found():
     assert set(range(13)) <= offsets  # every offset near pair 0's return at 2 pi
     assert {b for _, b in vr.TWIN_SETTINGS} == set(vr.BASES)
     assert len(vr.TWIN_SETTINGS) == len(set(vr.TWIN_SETTINGS))  # no setting twice
-    assert set(vr.ROTATION_SETTINGS) <= set(vr.TWIN_SETTINGS)  # the answers are reachable
+    assert set(er.ROTATION_SETTINGS) <= set(vr.TWIN_SETTINGS)  # the answers are reachable

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import attnlib.viz as viz
+from attnlib.analysis.experiments import softmax as es
 from attnlib.viz import softmax as vs
 
 
@@ -41,7 +42,7 @@ def test_softmax_jacobian_matches_finite_differences(gen):
     h = 1e-6
     fd = np.stack([(_softmax(s + h * e) - _softmax(s - h * e)) / (2 * h) for e in np.eye(5)],
                   axis=1)  # column l: d p / d s_l
-    J = vs.softmax_jacobian(torch.from_numpy(_softmax(s))).numpy()
+    J = es.softmax_jacobian(torch.from_numpy(_softmax(s))).numpy()
     np.testing.assert_allclose(J, fd, atol=1e-8)
     np.testing.assert_allclose(J @ np.ones(5), 0, atol=1e-12)  # J 1 = 0
     assert np.linalg.eigvalsh(J).min() > -1e-12  # positive semi-definite
@@ -49,7 +50,7 @@ def test_softmax_jacobian_matches_finite_differences(gen):
 
 def test_softmax_jacobian_batches():
     P = torch.tensor([[0.5, 0.5], [1.0, 0.0]])
-    np.testing.assert_allclose(vs.softmax_jacobian(P).numpy(),
+    np.testing.assert_allclose(es.softmax_jacobian(P).numpy(),
                                [[[0.25, -0.25], [-0.25, 0.25]], [[0, 0], [0, 0]]])
 
 
@@ -83,7 +84,7 @@ def test_logit_histogram_matches_numpy(d):
 
 
 def test_variance_table_matches_numpy_and_the_closed_form():
-    table = vs.variance_table((4, 64), n_pairs=4000, seed=1)
+    table = es.variance_table((4, 64), n_pairs=4000, seed=1)
     for d in (4, 64):
         q, k = _draw(4000, 4000, d, 1)
         dots = (q * k).sum(axis=1)
@@ -116,7 +117,7 @@ def _numpy_saturation(d: int, n_kv: int, n_q: int, seed: int) -> dict:
 
 def test_saturation_table_matches_numpy():
     dims = (4, 256)
-    table = vs.saturation_table(dims, n_kv=8, n_queries=201, seed=3)
+    table = es.saturation_table(dims, n_kv=8, n_queries=201, seed=3)
     for d in dims:
         for label, (largest, gain) in _numpy_saturation(d, 8, 201, 3).items():
             assert table.loc[d, (label, "mean largest weight")] == round(largest, 3)
@@ -159,7 +160,7 @@ def test_temperature_table_is_the_worked_example_by_hand():
     q = torch.tensor([[1.0, 0.0]])
     K = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
     V = torch.tensor([[10.0], [20.0], [30.0]])
-    table = vs.temperature_table(q, K, V, [0.05, 1.0, 100.0])
+    table = es.temperature_table(q, K, V, [0.05, 1.0, 100.0])
     for tau in (1.0, 100.0):
         s = 1 / (tau * math.sqrt(2))
         e = [math.exp(s), 1.0, math.exp(-s)]
@@ -176,11 +177,11 @@ def test_temperature_table_is_the_worked_example_by_hand():
 def test_temperature_table_rejects_bad_input():
     q, K, V = torch.ones(1, 2), torch.ones(3, 2), torch.ones(3, 1)
     with pytest.raises(ValueError, match=re.escape("Q must hold one query")):
-        vs.temperature_table(torch.ones(2, 2), K, V, [1.0])
+        es.temperature_table(torch.ones(2, 2), K, V, [1.0])
     with pytest.raises(ValueError, match=re.escape("V must hold scalar values")):
-        vs.temperature_table(q, K, torch.ones(3, 2), [1.0])
+        es.temperature_table(q, K, torch.ones(3, 2), [1.0])
     with pytest.raises(ValueError, match="taus"):
-        vs.temperature_table(q, K, V, [0.0])
+        es.temperature_table(q, K, V, [0.0])
 
 
 # ---------------------------------------------------------------------------------------
@@ -248,7 +249,7 @@ def test_softmax_module_is_reachable_from_attnlib_viz():
 
 def test_weight_row_table_matches_numpy():
     settings = [(1.0, 2), (1.0, 512), (0.3, 128)]
-    table = vs.weight_row_table(settings, n_kv=6, seed=4)
+    table = es.weight_row_table(settings, n_kv=6, seed=4)
     q_full, K_full = _draw(1, 6, vs.D_MAX, 4)
     for tau, d in settings:
         S = q_full[:, :d] @ K_full[:, :d].T

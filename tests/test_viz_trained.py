@@ -20,7 +20,7 @@ N_LAYERS, N_HEADS, D_HEAD, FLOAT32 = 4, 4, 16, 4  # the book models' shape
 def test_gqa_table_cache_is_the_closed_form_and_pooling_to_h_changes_nothing():
     table = vg.trained_table()
     assert list(table.index) == [4, 2, 1]
-    assert list(table.columns) == [vt.CACHE, *(vt.budget_column(b) for b in vt.BUDGETS)]
+    assert list(table.columns) == [vt.CACHE, *(f"loss, {b} steps" for b in vt.BUDGETS)]
     for G in table.index:  # 2 N_L G d_head bytes per token, in float32
         assert table.loc[G, vt.CACHE] == 2 * N_LAYERS * G * D_HEAD * FLOAT32
     assert table.attrs["source cache"] == table.loc[4, vt.CACHE]
@@ -45,11 +45,11 @@ def test_mla_table_cache_is_the_closed_form_and_the_full_latent_is_exact():
     assert table.loc[2 * N_HEADS * D_HEAD, "loss, 0 steps"] == table.attrs["source loss"]
     for b in (100, 400):
         shipped = [d_L for d_L in table.index
-                   if not math.isnan(table.loc[d_L, vt.budget_column(b)])]
+                   if not math.isnan(table.loc[d_L, f"loss, {b} steps"])]
         assert shipped == [16, 32, 64, 128]
     assert table["loss, 0 steps"].is_monotonic_decreasing  # on this model, as lesson 07 says
     assert {(d, b) for d in table.index for b in vt.BUDGETS
-            if not math.isnan(table.loc[d, vt.budget_column(b)])} == set(vm.TRAINED_SETTINGS)
+            if not math.isnan(table.loc[d, f"loss, {b} steps"])} == set(vm.TRAINED_SETTINGS)
 
 
 def test_conversions_without_a_card_are_measured_on_the_one_evaluation_set():
@@ -66,7 +66,7 @@ def test_losses_are_the_cards_on_the_one_evaluation_set(name, conversion, value)
     for steps in (100, 400):
         card = attnlib.models.pretrained.card(name, **{conversion: value}, steps=steps)
         assert table.loc[value, "loss, 0 steps"] == round(card["held_out_converted"]["loss"], 3)
-        assert table.loc[value, vt.budget_column(steps)] == round(card["held_out"]["loss"], 3)
+        assert table.loc[value, f"loss, {steps} steps"] == round(card["held_out"]["loss"], 3)
         assert table.attrs["source loss"] == round(card["held_out_base"]["loss"], 3)
     model = attnlib.models.pretrained.load(name, **{conversion: value}, steps=400)
     assert table.loc[value, "loss, 400 steps"] == round(attnlib.models.train.eval_loss(model), 3)
@@ -124,9 +124,9 @@ def test_figure_marks_the_setting_and_states_its_numbers(figure, value, steps, o
     assert list(bars.x) == [str(v) for v in others]
     assert list(bars.y) == [int(b) for b in table[vt.CACHE]]
     marked = [t for t in fig.data if t.type == "scatter" and t.showlegend is False]
-    now = table.loc[value, vt.budget_column(steps)]
+    now = table.loc[value, f"loss, {steps} steps"]
     assert [(t.x, t.y) for t in marked] == [((str(steps),), (now,))]
-    ctrl = table.loc[control, vt.budget_column(steps)]
+    ctrl = table.loc[control, f"loss, {steps} steps"]
     title = fig.layout.title.text
     assert f"loss {now:.3f}, {now - ctrl:+.3f} against the control" in title
     assert f"{int(table.loc[value, vt.CACHE]):,} bytes per token" in title

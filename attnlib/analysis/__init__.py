@@ -1,168 +1,28 @@
 """What attention costs and how to approximate it: bytes, multiply-adds, tiles, estimators.
 
-- ``memory``      cache and state bytes, published models, layer schedules (00, 05-07, 15)
-- ``costs``       multiply-adds of decoding, MLA's paths, each kind of layer (01, 05, 07, 15)
+- ``memory``      cache byte accounting and published model presets      (lessons 00, 05-07)
+- ``costs``       multiply-adds of decoding, MLA's decoding paths         (01, 05, 07)
 - ``flash``       exact tiled attention with an online softmax            (09)
 - ``approx``      linear attention, random features, top-k, delta rule    (09)
 - ``randomised``  sampling, sketching and low-rank estimators             (10)
 - ``timing``      interleaved wall-clock timings with their range, and the machine (05, 13, 14)
 - ``intervals``   seed noise and paired bootstrap intervals of loss differences (06, 07, 11)
+
+- ``experiments`` the lessons' experiments as tables, one module per chapter (00-10);
+                  loaded on first use (they need pandas)
+
+Each name lives in its module (``attnlib.analysis.memory.LLAMA3_8B``).
 """
 
-from attnlib.analysis.approx import (
-    LinearAttentionState,
-    delta_rule,
-    elu_feature_map,
-    gaussian_features,
-    linear_attention,
-    linear_attention_recurrent,
-    performer_attention,
-    positive_random_features,
-    random_feature_kernel,
-    topk_attention,
-    topk_mask,
-)
-from attnlib.analysis.costs import (
-    DECODE_PATHS,
-    FFN_MATRICES,
-    MAC_PARTS,
-    decode_step_macs,
-    decode_token_macs,
-    fit_exponent,
-    generation_macs,
-    layer_decode_macs,
-    mla_decode_cost,
-)
-from attnlib.analysis.flash import (
-    online_softmax,
-    tiled_attention,
-)
-from attnlib.analysis.intervals import (
-    Interval,
-    gap_interval,
-    paired_bootstrap,
-    seed_interval,
-    t_quantile,
-)
-from attnlib.analysis.memory import (
-    CACHE_KINDS,
-    DEEPSEEK_V2,
-    DEEPSEEK_V3,
-    DEEPSEEK_V4_FLASH,
-    DEEPSEEK_V4_PRO,
-    DEEPSEEK_V32,
-    FRONTIER,
-    GEMMA3_27B,
-    GPT_OSS_120B,
-    KIMI_LINEAR_48B,
-    LAYER_KINDS,
-    LAYER_PARTS,
-    LLAMA2_7B,
-    LLAMA3_8B,
-    LLAMA3_70B,
-    MISTRAL_7B,
-    PRESETS,
-    QWEN3_NEXT_80B,
-    STATE_PARTS,
-    ModelSpec,
-    kv_cache_bytes,
-    mla_cache_bytes,
-)
-from attnlib.analysis.randomised import (
-    ESTIMATORS,
-    effective_sample_size,
-    gaussian_sketch,
-    importance_attention,
-    linformer_attention,
-    multiply_adds,
-    norm_proposal,
-    nystrom_attention,
-    product_probabilities,
-    randomised_mla_from_mha,
-    randomised_svd,
-    randomised_svd_multiply_adds,
-    sample_keys,
-    sampled_product,
-    sampled_product_mse,
-    sampling_variance,
-    sketch_attention,
-    sketch_proposal,
-    sketched_logits,
-)
-from attnlib.analysis.timing import Ratio, Timing, machine, ratio, time_side_by_side
+import importlib
 
-__all__ = [
-    "CACHE_KINDS",
-    "DEEPSEEK_V2",
-    "DEEPSEEK_V3",
-    "DEEPSEEK_V32",
-    "DEEPSEEK_V4_FLASH",
-    "DEEPSEEK_V4_PRO",
-    "FRONTIER",
-    "GEMMA3_27B",
-    "GPT_OSS_120B",
-    "KIMI_LINEAR_48B",
-    "LAYER_KINDS",
-    "LAYER_PARTS",
-    "LLAMA2_7B",
-    "LLAMA3_8B",
-    "LLAMA3_70B",
-    "MISTRAL_7B",
-    "PRESETS",
-    "QWEN3_NEXT_80B",
-    "STATE_PARTS",
-    "ModelSpec",
-    "kv_cache_bytes",
-    "mla_cache_bytes",
-    "DECODE_PATHS",
-    "FFN_MATRICES",
-    "MAC_PARTS",
-    "decode_step_macs",
-    "decode_token_macs",
-    "fit_exponent",
-    "generation_macs",
-    "layer_decode_macs",
-    "mla_decode_cost",
-    "online_softmax",
-    "tiled_attention",
-    "Interval",
-    "gap_interval",
-    "paired_bootstrap",
-    "seed_interval",
-    "t_quantile",
-    "LinearAttentionState",
-    "delta_rule",
-    "elu_feature_map",
-    "gaussian_features",
-    "linear_attention",
-    "linear_attention_recurrent",
-    "performer_attention",
-    "positive_random_features",
-    "random_feature_kernel",
-    "topk_attention",
-    "topk_mask",
-    "ESTIMATORS",
-    "effective_sample_size",
-    "gaussian_sketch",
-    "importance_attention",
-    "linformer_attention",
-    "multiply_adds",
-    "norm_proposal",
-    "nystrom_attention",
-    "product_probabilities",
-    "randomised_mla_from_mha",
-    "randomised_svd",
-    "randomised_svd_multiply_adds",
-    "sample_keys",
-    "sampled_product",
-    "sampled_product_mse",
-    "sampling_variance",
-    "sketch_attention",
-    "sketch_proposal",
-    "sketched_logits",
-    "Ratio",
-    "Timing",
-    "machine",
-    "ratio",
-    "time_side_by_side",
-]
+from attnlib.analysis import approx, costs, flash, intervals, memory, randomised, timing
+
+__all__ = ["approx", "costs", "experiments", "flash", "intervals", "memory", "randomised",
+           "timing"]
+
+
+def __getattr__(name: str):
+    if name == "experiments":  # loaded on first use: `import attnlib` needs no pandas
+        return importlib.import_module("attnlib.analysis.experiments")
+    raise AttributeError(f"module 'attnlib.analysis' has no attribute {name!r}")

@@ -90,7 +90,7 @@ def elu_feature_map(X: torch.Tensor) -> torch.Tensor:
 
 
 def positive_random_features(
-    X: torch.Tensor, Omega: torch.Tensor, *, check: bool = True
+    X: torch.Tensor, Omega: torch.Tensor
 ) -> torch.Tensor:
     """``phi(X) = exp(X Omega - |X|^2 / 2) / sqrt(r)``: Performer's positive random features.
 
@@ -102,8 +102,6 @@ def positive_random_features(
     Args:
         X: ``(..., N, d)`` rows (queries or keys, already multiplied by ``sqrt(scale)``).
         Omega: ``(d, r)`` projection, e.g. from :func:`gaussian_features`.
-        check: validate the arguments first (the default); attnlib's own calls on tensors
-            it made pass False.
 
     Returns:
         ``(..., N, r)``, every entry > 0.
@@ -115,8 +113,7 @@ def positive_random_features(
 
     Lesson: 09_frontier.
     """
-    if check:
-        _check_projection(X, "X", Omega)
+    _check_projection(X, "X", Omega)
     r = Omega.shape[-1]
     log_phi = X @ Omega - 0.5 * X.pow(2).sum(dim=-1, keepdim=True)  # (..., N, r)
     return torch.exp(log_phi) / math.sqrt(r)
@@ -245,7 +242,7 @@ def _linear_from_features(
     else:
         KV = torch.cumsum(phi_K.unsqueeze(-1) * V.unsqueeze(-2), dim=-3)  # (..., N_KV, r, d_V)
         z = torch.cumsum(phi_K, dim=-2)  # (..., N_KV, r)
-        last = query_positions(n_q, n_kv, device=phi_Q.device, check=False)  # last visible key
+        last = query_positions(n_q, n_kv, device=phi_Q.device)  # last visible key
         seen = (last >= 0)[:, None]  # (N_Q, 1): does query i see any key?
         last = last.clamp(min=0)
         num = (phi_Q.unsqueeze(-2) @ KV[..., last, :, :]).squeeze(-2)  # (..., N_Q, d_V)
@@ -289,21 +286,18 @@ class LinearAttentionState:
         self.z: torch.Tensor | None = None
         self.n_tokens = 0
 
-    def step(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
-             check: bool = True) -> torch.Tensor:
+    def step(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Add token ``t``'s key and value to the state, then answer its query.
 
         Args:
             q: ``(..., d_QK)`` the new query.
             k: ``(..., d_QK)`` the new key.
             v: ``(..., d_V)`` the new value.
-            check: validate the arguments first (the default); attnlib's own calls pass False.
 
         Returns:
             ``(..., d_V)``: ``y_t = phi(q) S / (phi(q) . z)``.
         """
-        if check:
-            _check_step(q, k, v)
+        _check_step(q, k, v)
         phi_q, phi_k = self.phi(q), self.phi(k)  # (..., r)
         S_new = phi_k.unsqueeze(-1) * v.unsqueeze(-2)  # (..., r, d_V)  phi(k)^T v
         self.S = S_new if self.S is None else self.S + S_new
@@ -348,7 +342,7 @@ def linear_attention_recurrent(
     """
     _check_linear(Q, K, V, phi, per_token=True)
     state = LinearAttentionState(phi)
-    ys = [state.step(Q[..., t, :], K[..., t, :], V[..., t, :], check=False)
+    ys = [state.step(Q[..., t, :], K[..., t, :], V[..., t, :])
           for t in range(Q.shape[-2])]
     return torch.stack(ys, dim=-2)  # (..., N, d_V)
 
@@ -385,8 +379,8 @@ def random_feature_kernel(
     """
     _check_performer(Q, K, None, Omega, False, scale)
     root = math.sqrt(1.0 / math.sqrt(Q.shape[-1]) if scale is None else scale)
-    phi_Q = positive_random_features(Q * root, Omega, check=False)  # (..., N_Q, r)
-    phi_K = positive_random_features(K * root, Omega, check=False)  # (..., N_KV, r)
+    phi_Q = positive_random_features(Q * root, Omega)  # (..., N_Q, r)
+    phi_K = positive_random_features(K * root, Omega)  # (..., N_KV, r)
     return phi_Q @ phi_K.mT  # (..., N_Q, N_KV)
 
 
@@ -449,7 +443,7 @@ def performer_attention(
 
 
 def topk_mask(
-    scores: torch.Tensor, k: int, *, allowed: torch.Tensor | None = None, check: bool = True
+    scores: torch.Tensor, k: int, *, allowed: torch.Tensor | None = None
 ) -> torch.Tensor:
     """For each query, True on the ``k`` allowed keys with the largest scores.
 
@@ -461,8 +455,6 @@ def topk_mask(
         k: keys kept per query (>= 1).
         allowed: optional bool ``(..., N_Q, N_KV)`` (broadcastable): the keys a query may
             see at all, such as a causal mask; True = may attend.
-        check: validate the arguments first (the default); attnlib's own calls on tensors
-            it made pass False.
 
     Returns:
         Bool tensor of the broadcast shape of ``scores`` and ``allowed``.
@@ -473,8 +465,7 @@ def topk_mask(
 
     Lesson: 09_frontier.
     """
-    if check:
-        _check_topk_mask(scores, k, allowed)
+    _check_topk_mask(scores, k, allowed)
     if allowed is not None:
         scores = scores.masked_fill(~allowed, -math.inf)
     order = torch.sort(scores, dim=-1, descending=True, stable=True).indices  # ties: smaller j
@@ -527,9 +518,9 @@ def topk_attention(
     n_q, n_kv = Q.shape[-2], K.shape[-2]
     if index_scores is None:
         index_scores = s * Q @ K.mT  # (..., N_Q, N_KV) the exact logits
-    allowed = causal_mask(n_q, n_kv, device=Q.device, check=False) if causal else None
-    keep = topk_mask(index_scores, k, allowed=allowed, check=False)  # (..., N_Q, N_KV)
-    return attention(Q, K, V, mask=keep, scale=s, check=False)
+    allowed = causal_mask(n_q, n_kv, device=Q.device) if causal else None
+    keep = topk_mask(index_scores, k, allowed=allowed)  # (..., N_Q, N_KV)
+    return attention(Q, K, V, mask=keep, scale=s)
 
 
 # ---------------------------------------------------------------------------------------

@@ -84,7 +84,7 @@ F64 = torch.float64
 
 
 def sample_keys(
-    probs: torch.Tensor, m: int, *, generator: torch.Generator | None = None, check: bool = True
+    probs: torch.Tensor, m: int, *, generator: torch.Generator | None = None
 ) -> torch.Tensor:
     """``m`` independent key indices per row, ``j ~ probs[..., :]``, by inverting the CDF.
 
@@ -95,8 +95,6 @@ def sample_keys(
         probs: ``(..., N)`` non-negative weights; each row is normalised by its sum.
         m: samples per row.
         generator: the random generator (default: PyTorch's global one).
-        check: validate the arguments first (the default); attnlib's own calls on tensors
-            it made pass False.
 
     Returns:
         ``(..., m)`` int64 indices into the last dimension of ``probs``.
@@ -108,8 +106,7 @@ def sample_keys(
 
     Lesson: 10_randomised_attention.
     """
-    if check:
-        _check_sampling(probs, m)
+    _check_sampling(probs, m)
     cdf = torch.cumsum(probs.to(F64), dim=-1)  # (..., N)
     cdf = cdf / cdf[..., -1:]
     u = torch.rand(*probs.shape[:-1], m, generator=generator, dtype=F64).to(probs.device)
@@ -126,7 +123,6 @@ def importance_attention(
     *,
     generator: torch.Generator | None = None,
     scale: float | None = None,
-    check: bool = True,
 ) -> torch.Tensor:
     """Self-normalised importance sampling of ``y_i = E_{j ~ P_i}[v_j]`` with ``m`` keys.
 
@@ -149,8 +145,6 @@ def importance_attention(
         m: keys sampled per query.
         generator: the random generator.
         scale: default ``1/sqrt(d_QK)``.
-        check: validate the arguments first (the default); attnlib's own calls on tensors
-            it made pass False.
 
     Returns:
         ``(..., N_Q, d_V)``.
@@ -168,13 +162,12 @@ def importance_attention(
 
     Lesson: 10_randomised_attention.
     """
-    if check:
-        _check_importance(Q, K, V, proposal, m, scale)
+    _check_importance(Q, K, V, proposal, m, scale)
     scale = _scale(Q, scale)
     batch = broadcast_shape(Q.shape[:-2], K.shape[:-2], V.shape[:-2], proposal.shape[:-2])
     rho = proposal.expand(*batch, *proposal.shape[-2:])
     rho = rho / rho.sum(dim=-1, keepdim=True)  # (..., N_Q, N_KV)
-    j = sample_keys(rho, m, generator=generator, check=False)  # (..., N_Q, m)
+    j = sample_keys(rho, m, generator=generator)  # (..., N_Q, m)
     K_s = _rows(K.expand(*batch, *K.shape[-2:]), j)  # (..., N_Q, m, d_QK)
     V_s = _rows(V.expand(*batch, *V.shape[-2:]), j)  # (..., N_Q, m, d_V)
     logits = scale * (K_s @ Q.expand(*batch, *Q.shape[-2:]).unsqueeze(-1)).squeeze(-1)
@@ -192,7 +185,7 @@ def _rows(X: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
 
 
 def sampling_variance(
-    P: torch.Tensor, V: torch.Tensor, proposal: torch.Tensor | None = None, *, check: bool = True
+    P: torch.Tensor, V: torch.Tensor, proposal: torch.Tensor | None = None
 ) -> torch.Tensor:
     """``sigma_i^2 = sum_j P_ij^2 / rho_ij |v_j - y_i|^2``: ``m`` times the error of one query.
 
@@ -206,8 +199,6 @@ def sampling_variance(
         V: ``(..., N_KV, d_V)`` values.
         proposal: ``(..., N_Q, N_KV)`` the sampling distribution ``rho`` (rows normalised),
             positive wherever ``P`` is.
-        check: validate the arguments first (the default); attnlib's own calls on tensors
-            it made pass False.
 
     Returns:
         ``(..., N_Q)``.
@@ -219,8 +210,7 @@ def sampling_variance(
 
     Lesson: 10_randomised_attention.
     """
-    if check:
-        _check_weights(P, V, proposal)
+    _check_weights(P, V, proposal)
     Y = P @ V  # (..., N_Q, d_V)
     spread = (V.unsqueeze(-3) - Y.unsqueeze(-2)).pow(2).sum(dim=-1)  # (..., N_Q, N_KV)
     if proposal is None:
@@ -230,7 +220,7 @@ def sampling_variance(
 
 
 def effective_sample_size(
-    P: torch.Tensor, proposal: torch.Tensor, m: int = 1, *, check: bool = True
+    P: torch.Tensor, proposal: torch.Tensor, m: int = 1
 ) -> torch.Tensor:
     """``ESS_i = m / sum_j P_ij^2 / rho_ij = m / (1 + chi^2(P_i || rho_i))``.
 
@@ -242,8 +232,6 @@ def effective_sample_size(
         P: ``(..., N_Q, N_KV)`` attention weights.
         proposal: ``(..., N_Q, N_KV)`` sampling distribution (rows normalised).
         m: draws.
-        check: validate the arguments first (the default); attnlib's own calls on tensors
-            it made pass False.
 
     Returns:
         ``(..., N_Q)``.
@@ -255,14 +243,13 @@ def effective_sample_size(
 
     Lesson: 10_randomised_attention.
     """
-    if check:
-        _check_weights(P, None, proposal, m)
+    _check_weights(P, None, proposal, m)
     rho = proposal / proposal.sum(dim=-1, keepdim=True)
     return m / (P.pow(2) / rho).sum(dim=-1)
 
 
 def norm_proposal(
-    Q: torch.Tensor, K: torch.Tensor, *, scale: float | None = None, check: bool = True
+    Q: torch.Tensor, K: torch.Tensor, *, scale: float | None = None
 ) -> torch.Tensor:
     """``rho_ij ∝ exp(scale |q_i| |k_j|)``: the largest kernel value key ``j`` could reach.
 
@@ -274,8 +261,6 @@ def norm_proposal(
         Q: ``(..., N_Q, d_QK)`` queries.
         K: ``(..., N_KV, d_QK)`` keys.
         scale: default ``1/sqrt(d_QK)``.
-        check: validate the arguments first (the default); attnlib's own calls on tensors
-            it made pass False.
 
     Returns:
         ``(..., N_Q, N_KV)``, rows summing to 1.
@@ -286,8 +271,7 @@ def norm_proposal(
 
     Lesson: 10_randomised_attention.
     """
-    if check:
-        _check_logits(Q, K, None, None, scale)
+    _check_logits(Q, K, None, None, scale)
     scale = _scale(Q, scale)
     # (..., N_Q, N_KV): the largest logit key j could reach with query i
     envelope = scale * Q.norm(dim=-1, keepdim=True) * K.norm(dim=-1).unsqueeze(-2)
@@ -300,7 +284,6 @@ def sketch_proposal(
     Omega: torch.Tensor,
     *,
     scale: float | None = None,
-    check: bool = True,
 ) -> torch.Tensor:
     """``rho_i = softmax(sketched_logits(Q, K, Omega))_i``: an indexer's guess at ``P``.
 
@@ -309,8 +292,6 @@ def sketch_proposal(
         K: ``(..., N_KV, d_QK)`` keys.
         Omega: ``(d_QK, r)`` sketch from :func:`gaussian_sketch`.
         scale: default ``1/sqrt(d_QK)``.
-        check: validate the arguments first (the default); attnlib's own calls on tensors
-            it made pass False.
 
     Returns:
         ``(..., N_Q, N_KV)``, rows summing to 1.
@@ -326,9 +307,8 @@ def sketch_proposal(
 
     Lesson: 10_randomised_attention.
     """
-    if check:
-        _check_logits(Q, K, None, Omega, scale)
-    return torch.softmax(sketched_logits(Q, K, Omega, scale=scale, check=False), dim=-1)
+    _check_logits(Q, K, None, Omega, scale)
+    return torch.softmax(sketched_logits(Q, K, Omega, scale=scale), dim=-1)
 
 
 # ---------------------------------------------------------------------------------------
@@ -336,7 +316,7 @@ def sketch_proposal(
 # ---------------------------------------------------------------------------------------
 
 
-def product_probabilities(A: torch.Tensor, V: torch.Tensor, *, check: bool = True) -> torch.Tensor:
+def product_probabilities(A: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
     """``p_j = |A[:, j]| |V[j, :]| / sum_l |A[:, l]| |V[l, :]|``: the optimal column sampling.
 
     Among all distributions, these probabilities minimise the expected squared error of
@@ -346,8 +326,6 @@ def product_probabilities(A: torch.Tensor, V: torch.Tensor, *, check: bool = Tru
     Args:
         A: ``(..., N_Q, N_KV)``.
         V: ``(..., N_KV, d_V)``.
-        check: validate the arguments first (the default); attnlib's own calls on tensors
-            it made pass False.
 
     Returns:
         ``(..., N_KV)``, summing to 1.
@@ -358,8 +336,7 @@ def product_probabilities(A: torch.Tensor, V: torch.Tensor, *, check: bool = Tru
 
     Lesson: 10_randomised_attention.
     """
-    if check:
-        _check_product(A, V)
+    _check_product(A, V)
     c = A.norm(dim=-2) * V.norm(dim=-1)  # (..., N_KV)
     return c / c.sum(dim=-1, keepdim=True)
 
@@ -371,7 +348,6 @@ def sampled_product(
     *,
     probs: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
-    check: bool = True,
 ) -> torch.Tensor:
     """``A V ~ (1/m) sum_s A[:, j_s] V[j_s, :] / p_{j_s}`` with ``j_s ~ p``: ``m`` columns of ``A``.
 
@@ -386,8 +362,6 @@ def sampled_product(
         probs: ``(..., N_KV)`` sampling probabilities, positive wherever a column of ``A``
             and a row of ``V`` are both non-zero; default :func:`product_probabilities`.
         generator: the random generator.
-        check: validate the arguments first (the default); attnlib's own calls on tensors
-            it made pass False.
 
     Returns:
         ``(..., N_Q, d_V)``.
@@ -403,14 +377,13 @@ def sampled_product(
 
     Lesson: 10_randomised_attention.
     """
-    if check:
-        _check_product(A, V, m, probs)
+    _check_product(A, V, m, probs)
     batch = broadcast_shape(A.shape[:-2], V.shape[:-2])
     A, V = A.expand(*batch, *A.shape[-2:]), V.expand(*batch, *V.shape[-2:])
-    p = (product_probabilities(A, V, check=False) if probs is None
+    p = (product_probabilities(A, V) if probs is None
          else probs / probs.sum(-1, keepdim=True))
     p = p.expand(*batch, A.shape[-1])
-    j = sample_keys(p, m, generator=generator, check=False)  # (..., m)
+    j = sample_keys(p, m, generator=generator)  # (..., m)
     A_s = torch.gather(A, -1, j.unsqueeze(-2).expand(*j.shape[:-1], A.shape[-2], m))
     V_s = torch.gather(V, -2, j.unsqueeze(-1).expand(*j.shape, V.shape[-1]))  # (..., m, d_V)
     weights = 1.0 / (m * torch.gather(p, -1, j))  # (..., m): 1 / (m p_j)
@@ -423,7 +396,6 @@ def sampled_product_mse(
     m: int,
     *,
     probs: torch.Tensor | None = None,
-    check: bool = True,
 ) -> torch.Tensor:
     """``E|A V - estimate|_F^2 = (sum_j |A_:j|^2 |V_j|^2 / p_j - |A V|_F^2) / m``, exactly.
 
@@ -435,8 +407,6 @@ def sampled_product_mse(
         V: ``(..., N_KV, d_V)``.
         m: columns sampled.
         probs: ``(..., N_KV)`` sampling probabilities.
-        check: validate the arguments first (the default); attnlib's own calls on tensors
-            it made pass False.
 
     Returns:
         ``(...)``, a scalar tensor for matrices.
@@ -448,9 +418,8 @@ def sampled_product_mse(
 
     Lesson: 10_randomised_attention.
     """
-    if check:
-        _check_product(A, V, m, probs)
-    p = (product_probabilities(A, V, check=False) if probs is None
+    _check_product(A, V, m, probs)
+    p = (product_probabilities(A, V) if probs is None
          else probs / probs.sum(-1, keepdim=True))
     c2 = A.norm(dim=-2).pow(2) * V.norm(dim=-1).pow(2)  # (..., N_KV)
     return ((c2 / p).sum(dim=-1) - (A @ V).pow(2).sum(dim=(-2, -1))) / m
@@ -508,7 +477,6 @@ def sketched_logits(
     Omega: torch.Tensor,
     *,
     scale: float | None = None,
-    check: bool = True,
 ) -> torch.Tensor:
     """``S_hat = scale (Q Omega)(K Omega)^T``: the logits from ``r``-dimensional sketches.
 
@@ -517,8 +485,6 @@ def sketched_logits(
         K: ``(..., N_KV, d_QK)`` keys.
         Omega: ``(d_QK, r)`` sketch.
         scale: default ``1/sqrt(d_QK)`` (the scale of the unsketched logits).
-        check: validate the arguments first (the default); attnlib's own calls on tensors
-            it made pass False.
 
     Returns:
         ``(..., N_Q, N_KV)``.
@@ -530,8 +496,7 @@ def sketched_logits(
 
     Lesson: 10_randomised_attention.
     """
-    if check:
-        _check_logits(Q, K, None, Omega, scale)
+    _check_logits(Q, K, None, Omega, scale)
     return _scale(Q, scale) * (Q @ Omega) @ (K @ Omega).mT  # (..., N_Q, N_KV)
 
 
@@ -569,7 +534,7 @@ def sketch_attention(
     Lesson: 10_randomised_attention.
     """
     _check_logits(Q, K, V, Omega, scale)
-    return sketch_proposal(Q, K, Omega, scale=scale, check=False) @ V
+    return sketch_proposal(Q, K, Omega, scale=scale) @ V
 
 
 # ---------------------------------------------------------------------------------------
@@ -585,7 +550,6 @@ def linformer_attention(
     F: torch.Tensor | None = None,
     *,
     scale: float | None = None,
-    check: bool = True,
 ) -> torch.Tensor:
     """``Y_hat = softmax(scale Q (E K)^T) (F V)``: keys and values projected to ``r`` rows.
 
@@ -599,8 +563,6 @@ def linformer_attention(
         E: ``(r, N_KV)`` projection of the keys along the sequence.
         F: ``(r, N_KV)`` projection of the values (default ``E``).
         scale: default ``1/sqrt(d_QK)``.
-        check: validate the arguments first (the default); attnlib's own calls on tensors
-            it made pass False.
 
     Returns:
         ``(..., N_Q, d_V)``.
@@ -616,8 +578,7 @@ def linformer_attention(
 
     Lesson: 10_randomised_attention.
     """
-    if check:
-        _check_linformer(Q, K, V, E, F, scale)
+    _check_linformer(Q, K, V, E, F, scale)
     F = E if F is None else F
     return torch.softmax(_scale(Q, scale) * Q @ (E @ K).mT, dim=-1) @ (F @ V)  # (..., N_Q, d_V)
 
@@ -636,7 +597,6 @@ def nystrom_attention(
     generator: torch.Generator | None = None,
     iterations: int = 6,
     scale: float | None = None,
-    check: bool = True,
 ) -> torch.Tensor:
     """Nystrom attention from ``r`` landmark queries ``Q~`` and keys ``K~``::
 
@@ -660,8 +620,6 @@ def nystrom_attention(
         generator: the random generator (``"sampled"``).
         iterations: steps of the iterative pseudo-inverse (Nystromformer uses 6).
         scale: default ``1/sqrt(d_QK)``.
-        check: validate the arguments first (the default); attnlib's own calls on tensors
-            it made pass False.
 
     Returns:
         ``(..., N_Q, d_V)``.
@@ -676,8 +634,7 @@ def nystrom_attention(
 
     Lesson: 10_randomised_attention.
     """
-    if check:
-        _check_nystrom(Q, K, V, r, landmarks, iterations, scale)
+    _check_nystrom(Q, K, V, r, landmarks, iterations, scale)
     s = _scale(Q, scale)
     if landmarks == "means":
         Q_l, K_l = _segment_means(Q, r), _segment_means(K, r)  # (..., r, d_QK)
@@ -718,7 +675,6 @@ def randomised_svd(
     oversample: int = 8,
     power_iterations: int = 1,
     generator: torch.Generator | None = None,
-    check: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The rank-``k`` SVD ``W ~ U_k S_k Vh_k`` by the randomised range finder (Halko et al.).
 
@@ -737,8 +693,6 @@ def randomised_svd(
         oversample: ``p``, extra test vectors (``k + p <= min(m, n)``).
         power_iterations: ``t``, applications of ``W W^T``.
         generator: the random generator (``Omega`` is drawn in float64 on the CPU).
-        check: validate the arguments first (the default); attnlib's own calls on tensors
-            it made pass False.
 
     Returns:
         ``U (m, k)``, ``S (k,)``, ``Vh (k, n)``, in ``W``'s dtype and device.
@@ -751,8 +705,7 @@ def randomised_svd(
 
     Lesson: 10_randomised_attention.
     """
-    if check:
-        _check_svd(W, rank, oversample, power_iterations)
+    _check_svd(W, rank, oversample, power_iterations)
     k, p, t = rank, oversample, power_iterations
     Omega = torch.randn(W.shape[1], k + p, generator=generator, dtype=F64).to(W.device, W.dtype)
     Qm = torch.linalg.qr(W @ Omega).Q  # (m, l): an orthonormal basis of the sample Y = W Omega
@@ -832,9 +785,9 @@ def randomised_mla_from_mha(
 
     def svd(W_KV: torch.Tensor, r: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return randomised_svd(W_KV, r, oversample=oversample, power_iterations=power_iterations,
-                              generator=generator, check=False)
+                              generator=generator)
 
-    return mla_from_mha(attn, d_latent, svd=svd, check=False)
+    return mla_from_mha(attn, d_latent, svd=svd)
 
 
 # ---------------------------------------------------------------------------------------
@@ -867,7 +820,6 @@ def multiply_adds(
     size: int,
     *,
     d_sketch: int = 0,
-    check: bool = True,
 ) -> int:
     """Multiply-adds of one call of ``estimator`` for ``N_Q`` queries and ``N_KV`` keys.
 
@@ -901,8 +853,6 @@ def multiply_adds(
         d_v: ``d_V``.
         size: ``m``, ``k`` or ``r`` (ignored by ``"exact"``).
         d_sketch: sketch width of ``"importance, sketch"`` and ``"top-k, sketch"``.
-        check: validate the arguments first (the default); attnlib's own calls on tensors
-            it made pass False.
 
     Returns:
         int.
@@ -913,8 +863,7 @@ def multiply_adds(
 
     Lesson: 10_randomised_attention.
     """
-    if check:
-        _check_cost(estimator, n_q, n_kv, d_qk, d_v, size, d_sketch)
+    _check_cost(estimator, n_q, n_kv, d_qk, d_v, size, d_sketch)
 
     def indexer(r: int) -> int:  # sketch Q and K to width r, then every sketched logit
         return (n_q + n_kv) * d_qk * r + n_q * n_kv * r

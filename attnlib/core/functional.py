@@ -30,11 +30,11 @@ from attnlib._checks import (
     check_tensor,
 )
 from attnlib.core.masks import causal_mask
+from attnlib.core.sdpa import sdpa_attention
 from attnlib.device import work_dtype
 
-__all__ = [
-    "KERNELS", "attention", "attention_weights", "online_softmax", "row_normalise", "similarity",
-]
+__all__ = ["ATTENTION_FUNCTIONS", "KERNELS", "attention", "attention_weights", "explicit_attention",
+           "online_softmax", "row_normalise", "similarity"]
 
 Kernel = str | Callable[[torch.Tensor], torch.Tensor]
 
@@ -65,16 +65,15 @@ def attention(
     causal: bool = False,
     scale: float | None = None,
     impl: str = "auto",
-    enable_gqa: bool = False,
-    check: bool = True,
 ) -> torch.Tensor:
     """Kernel attention ``Y = Z^-1 A V`` with ``A = f(scale * Q K^T)`` masked by ``mask``.
 
-    ``impl="explicit"`` forms ``S``, ``A``, ``Z`` and the product literally (the formula
-    the book teaches; half-precision inputs are computed in float32). ``impl="auto"`` hands
-    the softmax kernel to PyTorch's fused ``scaled_dot_product_attention``, which computes
-    the same thing faster; any other kernel takes the explicit path. Both paths return
-    zeros, not NaN, for a query that may attend to no key (``Z[i, i] = 0``).
+    ``impl="explicit"`` forms ``S``, ``A``, ``Z`` and the product literally
+    (:func:`explicit_attention`, the formula the book teaches; half-precision inputs are
+    computed in float32). ``impl="auto"`` hands the softmax kernel to PyTorch's fused
+    ``scaled_dot_product_attention`` (:func:`attnlib.core.sdpa.sdpa_attention`), which
+    computes the same thing faster; any other kernel takes the explicit path. Both paths
+    return zeros, not NaN, for a query that may attend to no key (``Z[i, i] = 0``).
 
     Args:
         Q: ``(..., N_Q, d_QK)`` queries.
@@ -85,12 +84,7 @@ def attention(
         causal: also apply :func:`attnlib.core.masks.causal_mask` (bottom-right aligned, so
             fewer queries than keys means "the last N_Q positions").
         scale: multiplies the dot products; default ``1/sqrt(d_QK)``.
-        impl: ``"auto"`` or ``"explicit"``.
-        enable_gqa: (fused path only) ``K`` and ``V`` may have ``G`` heads in dimension -3
-            where ``Q`` has ``H``, a multiple of ``G``: query head ``h`` reads KV head
-            ``h // (H // G)``, as in :func:`attnlib.layers.gqa.grouped_query_attention`.
-        check: validate the arguments first (the default); attnlib's own calls on tensors
-            it made pass False.
+        impl: ``"auto"`` or ``"explicit"``, a key of :data:`ATTENTION_FUNCTIONS`.
 
     Returns:
         ``Y`` of shape ``(..., N_Q, d_V)`` (batch dimensions broadcast), dtype of ``Q``.
@@ -107,11 +101,47 @@ def attention(
 
     Lesson: 01_attention_as_lookup (kernels), 02_softmax_attention (softmax).
     """
-    if check:
-        _check_attention(Q, K, V, kernel, mask, causal, scale, impl)
+    _check_attention(Q, K, V, kernel, mask, causal, scale, impl)
+    if kernel == "softmax":  # the fused kernel or the formula, as impl says
+        return ATTENTION_FUNCTIONS[impl](Q, K, V, mask=mask, causal=causal, scale=scale)
+    return explicit_attention(Q, K, V, mask=mask, causal=causal, scale=scale, kernel=kernel)
+
+
+def explicit_attention(
+    Q: torch.Tensor,
+    K: torch.Tensor,
+    V: torch.Tensor,
+    *,
+    mask: torch.Tensor | None = None,
+    causal: bool = False,
+    scale: float | None = None,
+    kernel: Kernel = "softmax",
+) -> torch.Tensor:
+    """``Y = Z^-1 A V`` written out: the logits ``S``, the kernel matrix ``A``, its row sums ``Z``.
+
+    ``ATTENTION_FUNCTIONS["explicit"]``: it trusts its caller (:func:`attention` and the
+    attention layers check their arguments). Per-head tensors work as they are; keys and
+    values with ``G`` heads where ``Q`` has ``H`` (grouped-query attention) are read by
+    query head ``h`` from KV head ``h // (H // G)``.
+
+    Args:
+        Q: ``(..., H, N_Q, d)`` or ``(..., N_Q, d)``.
+        K: ``(..., G, N_KV, d)`` with ``G`` dividing ``H``, or broadcasting against ``Q``.
+        V: ``(..., G, N_KV, d_v)``.
+        mask: bool, broadcastable to the logits ``(..., N_Q, N_KV)``; True = may attend.
+        causal: bottom-right aligned causal mask.
+        scale: default ``1/sqrt(d)``.
+        kernel: a name in :data:`KERNELS` or a callable on the logits.
+
+    Returns:
+        ``(..., N_Q, d_v)`` in the dtype of ``Q`` (half precision is computed in float32).
+
+    Lesson: 01_attention_as_lookup, 02_softmax_attention.
+    """
+    if Q.dim() > 2 and K.dim() > 2 and K.shape[-3] not in (1, Q.shape[-3]):  # G KV heads
+        s = Q.shape[-3] // K.shape[-3]  # query heads per KV head: h reads h // s (repeat_kv)
+        K, V = K.repeat_interleave(s, dim=-3), V.repeat_interleave(s, dim=-3)
     scale = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else scale
-    if impl == "auto" and kernel == "softmax":
-        return _sdpa(Q, K, V, mask, causal, scale, enable_gqa)  # fused kernel, same Y
     dtype = Q.dtype
     work = work_dtype(dtype)  # half precision: work in float32
     Q, K, V = (T.to(work) for T in (Q, K, V))
@@ -130,7 +160,6 @@ def attention_weights(
     mask: torch.Tensor | None = None,
     causal: bool = False,
     scale: float | None = None,
-    check: bool = True,
 ) -> torch.Tensor:
     """The normalised weights ``P = Z^-1 A``: row ``i`` is how much query ``i`` takes from each key.
 
@@ -145,8 +174,6 @@ def attention_weights(
         mask: bool, broadcastable to ``(..., N_Q, N_KV)``; True = may attend.
         causal: also apply :func:`attnlib.core.masks.causal_mask` (bottom-right aligned).
         scale: multiplies the dot products; default ``1/sqrt(d_QK)``.
-        check: validate the arguments first (the default); attnlib's own calls on tensors
-            it made pass False.
 
     Returns:
         ``(..., N_Q, N_KV)``, in the dtype of ``Q``.
@@ -159,8 +186,7 @@ def attention_weights(
 
     Lesson: 02_softmax_attention.
     """
-    if check:
-        _check_attention(Q, K, None, kernel, mask, causal, scale)
+    _check_attention(Q, K, None, kernel, mask, causal, scale)
     scale = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else scale
     work = work_dtype(Q.dtype)  # half precision: work in float32
     S = scale * Q.to(work) @ K.to(work).mT  # (..., N_Q, N_KV) logits
@@ -247,7 +273,7 @@ def _allowed(
     """``mask & causal_mask(N_Q, N_KV)``: one bool "may attend" tensor, or None for all keys."""
     if not causal:
         return mask
-    causal_part = causal_mask(Q.shape[-2], K.shape[-2], device=Q.device, check=False)
+    causal_part = causal_mask(Q.shape[-2], K.shape[-2], device=Q.device)
     return causal_part if mask is None else mask & causal_part
 
 
@@ -268,38 +294,25 @@ def _kernel_matrix(kernel: Kernel, S: torch.Tensor, allowed: torch.Tensor | None
     return A if allowed is None else A.masked_fill(~allowed, 0.0)  # 1[j in M_i] f(s_ij)
 
 
-def _sdpa(
-    Q: torch.Tensor,
-    K: torch.Tensor,
-    V: torch.Tensor,
-    mask: torch.Tensor | None,
-    causal: bool,
-    scale: float,
-    enable_gqa: bool = False,
-) -> torch.Tensor:
-    """PyTorch's fused softmax attention, with attnlib's causal alignment and zero rows.
+# --- the one dispatch --------------------------------------------------------------------
 
-    SDPA's ``is_causal`` is top-left aligned, so it is used only when ``N_Q = N_KV``
-    (where the two alignments agree); a single query at the end sees every key and needs
-    no mask; otherwise the bottom-right mask is passed explicitly. Rows with no allowed
-    key (older PyTorch releases return NaN there) are opened up for the call and zeroed after it.
-    """
-    n_q, n_kv = Q.shape[-2], K.shape[-2]
-    kw = {"scale": scale, "enable_gqa": True} if enable_gqa else {"scale": scale}
-    if mask is None and (not causal or n_q == 1):
-        return F.scaled_dot_product_attention(Q, K, V, **kw)
-    if mask is None and n_q == n_kv:
-        return F.scaled_dot_product_attention(Q, K, V, is_causal=True, **kw)
-    allowed = _allowed(mask, causal, Q, K)
-    if mask is None and n_q < n_kv:  # bottom-right causal: every query sees a key
-        return F.scaled_dot_product_attention(Q, K, V, attn_mask=allowed, **kw)
-    has_key = allowed.any(dim=-1, keepdim=True)  # (..., N_Q, 1)
-    Y = F.scaled_dot_product_attention(Q, K, V, attn_mask=allowed | ~has_key, **kw)
-    return Y.masked_fill(~has_key, 0.0)
+AttendFn = Callable[..., torch.Tensor]
+"""``attend(Q, K, V, *, mask=None, causal=False, scale=None) -> Y``: every head at once, ``Q``
+``(..., H, N_Q, d)``, ``K`` and ``V`` ``(..., G, N_KV, d)``, ``Y`` ``(..., H, N_Q, d_v)``."""
 
+ATTENTION_FUNCTIONS: dict[str, AttendFn] = {
+    "auto": sdpa_attention,  # PyTorch's fused kernel and its fast layouts (attnlib.core.sdpa)
+    "explicit": explicit_attention,  # Z^-1 A V as written
+}
+"""Which function computes softmax attention, by ``impl``: the one place a layer, :func:`attention`
+and :func:`attnlib.layers.gqa.grouped_query_attention` choose between PyTorch's fused kernel and
+the formula. Both functions take the per-head layout and trust their caller.
 
-IMPLS = ("auto", "explicit")
-"""The two implementations of :func:`attention`: the fused kernel, or ``Z^-1 A V`` literally."""
+Lesson: 02_softmax_attention.
+"""
+
+IMPLS = tuple(ATTENTION_FUNCTIONS)
+"""The implementations of :func:`attention`: the fused kernel, or ``Z^-1 A V`` literally."""
 
 
 def _check_attention(Q, K, V, kernel, mask, causal, scale, impl="auto") -> None:

@@ -16,10 +16,10 @@ import torch
 
 from attnlib._checks import check_divisible, check_positive_int, check_tensor
 
-__all__ = ["head_mask", "kv_head_index", "merge_heads", "repeat_kv", "split_heads"]
+__all__ = ["kv_head_index", "merge_heads", "repeat_kv", "split_heads"]
 
 
-def split_heads(X: torch.Tensor, n_heads: int, *, check: bool = True) -> torch.Tensor:
+def split_heads(X: torch.Tensor, n_heads: int) -> torch.Tensor:
     """Reshape ``(..., N, H * d_head)`` into ``(..., H, N, d_head)``.
 
     Column block ``h`` (columns ``h * d_head`` to ``(h + 1) * d_head - 1``) becomes head
@@ -28,8 +28,6 @@ def split_heads(X: torch.Tensor, n_heads: int, *, check: bool = True) -> torch.T
     Args:
         X: ``(..., N, H * d_head)``, e.g. ``X @ W_Q``.
         n_heads: ``H``; must divide the last dimension.
-        check: validate the arguments first (the default); attnlib's own calls on tensors
-            it made pass False.
 
     Returns:
         ``(..., H, N, d_head)`` (a view when possible).
@@ -40,31 +38,28 @@ def split_heads(X: torch.Tensor, n_heads: int, *, check: bool = True) -> torch.T
 
     Lesson: 03_multi_head_attention.
     """
-    if check:
-        _check_split(X, n_heads)
-    *batch, n, width = X.shape
-    return X.reshape(*batch, n, n_heads, width // n_heads).transpose(-3, -2)  # (..., H, N, d)
+    if not isinstance(X, torch.Tensor) or type(n_heads) is not int or n_heads < 1 or (
+            X.dim() < 2 or X.shape[-1] % n_heads):
+        _check_split(X, n_heads)  # raises, naming the argument, the rule and the value
+    return X.reshape(*X.shape[:-1], n_heads, -1).transpose(-3, -2)  # (..., H, N, d_head)
 
 
-def merge_heads(Y: torch.Tensor, *, check: bool = True) -> torch.Tensor:
+def merge_heads(Y: torch.Tensor) -> torch.Tensor:
     """Reshape ``(..., H, N, d_head)`` into ``(..., N, H * d_head)``: ``concat_col(Y_h)``.
 
     The inverse of :func:`split_heads`; its output is what ``W_O`` multiplies.
 
     Args:
         Y: ``(..., H, N, d_head)``.
-        check: validate the arguments first (the default); attnlib's own calls on tensors
-            it made pass False.
 
     Returns:
         ``(..., N, H * d_head)``.
 
     Lesson: 03_multi_head_attention.
     """
-    if check:
-        check_tensor("Y", Y, min_dim=3, floating=False)
-    *batch, h, n, d = Y.shape
-    return Y.transpose(-3, -2).reshape(*batch, n, h * d)  # (..., N, H * d_head)
+    if not isinstance(Y, torch.Tensor) or Y.dim() < 3:
+        check_tensor("Y", Y, min_dim=3, floating=False)  # raises
+    return Y.transpose(-3, -2).flatten(-2)  # (..., N, H, d_head) -> (..., N, H * d_head)
 
 
 def kv_head_index(
@@ -72,7 +67,6 @@ def kv_head_index(
     n_kv_heads: int,
     *,
     device: torch.device | str | None = None,
-    check: bool = True,
 ) -> torch.Tensor:
     """The group map: entry ``h`` is the KV head that query head ``h`` reads, ``h // (H // G)``.
 
@@ -80,8 +74,6 @@ def kv_head_index(
         n_heads: ``H`` query heads.
         n_kv_heads: ``G`` key/value heads; must divide ``H``.
         device: where to build the index.
-        check: validate the arguments first (the default); attnlib's own calls on tensors
-            it made pass False.
 
     Returns:
         ``(H,)`` long tensor.
@@ -92,12 +84,11 @@ def kv_head_index(
 
     Lesson: 06_gqa.
     """
-    if check:
-        _check_group(n_heads, n_kv_heads)
+    _check_group(n_heads, n_kv_heads)
     return torch.arange(n_heads, device=device) // (n_heads // n_kv_heads)  # h -> h // s
 
 
-def repeat_kv(KV: torch.Tensor, n_heads: int, *, check: bool = True) -> torch.Tensor:
+def repeat_kv(KV: torch.Tensor, n_heads: int) -> torch.Tensor:
     """Give each query head its group's keys (or values): ``(..., G, N, d) -> (..., H, N, d)``.
 
     Equivalent to ``KV.index_select(-3, kv_head_index(H, G))`` and to
@@ -106,44 +97,19 @@ def repeat_kv(KV: torch.Tensor, n_heads: int, *, check: bool = True) -> torch.Te
     Args:
         KV: ``(..., G, N, d)`` keys or values, one per KV head.
         n_heads: ``H``; a multiple of ``G``.
-        check: validate the arguments first (the default); attnlib's own calls on tensors
-            it made pass False.
 
     Returns:
         ``(..., H, N, d)``.
 
     Lesson: 06_gqa.
     """
-    if check:
-        _check_repeat(KV, n_heads)
+    _check_repeat(KV, n_heads)
     g = KV.shape[-3]
     if g == n_heads:
         return KV
     *batch, _, n, d = KV.shape
     s = n_heads // g
     return KV.unsqueeze(-3).expand(*batch, g, s, n, d).reshape(*batch, n_heads, n, d)  # a copy
-
-
-def head_mask(mask: torch.Tensor | None, *, check: bool = True) -> torch.Tensor | None:
-    """One mask for every head: ``(..., N_Q, N_KV) -> (..., 1, N_Q, N_KV)``; None stays None.
-
-    Attention modules take a mask without a head axis (a padding or causal pattern is the
-    same for every head) and insert it before the per-head logits ``(..., H, N_Q, N_KV)``.
-
-    Args:
-        mask: bool ``(..., N_Q, N_KV)``, or None.
-        check: validate the arguments first (the default); attnlib's own calls on tensors
-            it made pass False.
-
-    Example:
-        >>> head_mask(torch.ones(2, 3, 4, dtype=torch.bool)).shape
-        torch.Size([2, 1, 3, 4])
-
-    Lesson: 04_masks_and_layers.
-    """
-    if check and mask is not None:
-        check_tensor("mask", mask, min_dim=2, floating=False)
-    return None if mask is None else mask.unsqueeze(-3)
 
 
 def _check_split(X: object, n_heads: object) -> None:

@@ -37,7 +37,6 @@ def query_positions(
     n_kv: int | None = None,
     *,
     device: torch.device | str | None = None,
-    check: bool = True,
 ) -> torch.Tensor:
     """Where the queries sit: ``N_KV - N_Q, ..., N_KV - 1``, the last ``N_Q`` positions.
 
@@ -49,8 +48,6 @@ def query_positions(
         n_q: number of queries ``N_Q`` (>= 1).
         n_kv: number of keys ``N_KV`` (>= 1); ``None`` means ``n_q``.
         device: where to build the positions.
-        check: validate the arguments first (the default); attnlib's own calls on tensors
-            it made pass False.
 
     Returns:
         ``(N_Q,)`` long tensor.
@@ -61,15 +58,13 @@ def query_positions(
 
     Lesson: 04_masks_and_layers.
     """
-    if check:
-        _sizes(n_q, n_kv)
-    n_kv = n_q if n_kv is None else n_kv
+    n_q, n_kv = _sizes(n_q, n_kv)
     return torch.arange(n_kv - n_q, n_kv, device=device)  # bottom-right: the last N_Q positions
 
 
 def _offsets(n_q: int, n_kv: int, device: torch.device | str | None) -> torch.Tensor:
     """``j - pos(i)`` for every (query, key) pair, with queries at the last positions."""
-    pos_q = query_positions(n_q, n_kv, device=device, check=False)  # absolute position of query i
+    pos_q = torch.arange(n_kv - n_q, n_kv, device=device)  # absolute position of query i
     pos_k = torch.arange(n_kv, device=device)
     return pos_k[None, :] - pos_q[:, None]  # (N_Q, N_KV)
 
@@ -79,7 +74,6 @@ def causal_mask(
     n_kv: int | None = None,
     *,
     device: torch.device | str | None = None,
-    check: bool = True,
 ) -> torch.Tensor:
     """Causal mask ``M[i, j] = (j <= i + N_KV - N_Q)``, bottom-right aligned.
 
@@ -93,8 +87,6 @@ def causal_mask(
         n_q: number of queries ``N_Q`` (>= 1).
         n_kv: number of keys ``N_KV`` (>= 1); ``None`` means ``n_q``.
         device: where to build the mask.
-        check: validate the arguments first (the default); attnlib's own calls on tensors
-            it made pass False.
 
     Returns:
         Bool tensor of shape ``(N_Q, N_KV)``.
@@ -110,9 +102,7 @@ def causal_mask(
 
     Lesson: 04_masks_and_layers.
     """
-    if check:
-        _sizes(n_q, n_kv)
-    n_kv = n_q if n_kv is None else n_kv
+    n_q, n_kv = _sizes(n_q, n_kv)
     return _offsets(n_q, n_kv, device) <= 0  # key j at or before the query's position
 
 
@@ -122,7 +112,6 @@ def sliding_window_mask(
     *,
     window: int,
     device: torch.device | str | None = None,
-    check: bool = True,
 ) -> torch.Tensor:
     """Causal sliding window: query at position ``p`` sees keys ``p - window < j <= p``.
 
@@ -134,7 +123,6 @@ def sliding_window_mask(
         n_kv: number of keys ``N_KV``; ``None`` means ``n_q``.
         window: how many most recent positions each query may see (>= 1).
         device: where to build the mask.
-        check: validate the arguments first (the default); attnlib's own calls pass False.
 
     Returns:
         Bool tensor of shape ``(N_Q, N_KV)``.
@@ -148,8 +136,7 @@ def sliding_window_mask(
 
     Lesson: 04_masks_and_layers, 05_kv_cache (:mod:`attnlib.layers.sliding`).
     """
-    if check:
-        (n_q, n_kv), window = _sizes(n_q, n_kv), check_positive_int("window", window)
+    (n_q, n_kv), window = _sizes(n_q, n_kv), check_positive_int("window", window)
     offset = _offsets(n_q, n_kv, device)
     return (offset <= 0) & (offset > -window)
 
@@ -199,7 +186,7 @@ def _lengths(lengths: object, n_kv: int) -> torch.Tensor:
     return lengths
 
 
-def position_ids(attention_mask: torch.Tensor, *, check: bool = True) -> torch.Tensor:
+def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
     """Positions that count real tokens only: ``cumsum(attention_mask) - 1``, pads at 0.
 
     A batch of prompts padded on the left, ``attention_mask = [0, 0, 1, 1, 1]`` for a row
@@ -210,8 +197,6 @@ def position_ids(attention_mask: torch.Tensor, *, check: bool = True) -> torch.T
 
     Args:
         attention_mask: ``(..., N)`` bools or 0/1 integers; True/1 = a real token.
-        check: validate the arguments first (the default); attnlib's own calls on tensors
-            it made pass False (and then ``attention_mask`` must hold bools).
 
     Returns:
         ``(..., N)`` long tensor.
@@ -223,7 +208,6 @@ def position_ids(attention_mask: torch.Tensor, *, check: bool = True) -> torch.T
 
     Lesson: 04_masks_and_layers, 05_kv_cache (batched generation).
     """
-    if check:
-        attention_mask = check_padding_mask("attention_mask", attention_mask)  # as bools
+    attention_mask = check_padding_mask("attention_mask", attention_mask)  # as bools
     counted = attention_mask.long().cumsum(dim=-1) - 1  # real tokens up to each position, minus 1
     return counted.masked_fill(~attention_mask, 0)  # (..., N); pads at 0

@@ -245,7 +245,6 @@ def apply_rope(
     base: float = 10000.0,
     interleaved: bool = False,
     scaling: RopeScaling | None = None,
-    check: bool = True,
 ) -> torch.Tensor:
     """Rotate each row of ``X`` by its position: ``RoPE(x_m) = R_m x_m``.
 
@@ -259,7 +258,6 @@ def apply_rope(
         interleaved: pair ``(2i, 2i+1)`` when True, ``(i, i + d/2)`` when False.
         scaling: a :class:`Llama3Scaling` or :class:`YarnScaling` of the frequencies, or
             None.
-        check: validate the arguments first (the default); attnlib's own calls pass False.
 
     Returns:
         ``(..., N, d)``, same dtype as ``X`` (angles in float64, the rotation in float32
@@ -275,10 +273,9 @@ def apply_rope(
 
     Lesson: 08_rope.
     """
-    if check:
-        _check_rope_inputs(X, positions, base, interleaved, scaling)
-    tables = rope_tables(positions, X.shape[-1], base=base, scaling=scaling,
-                         interleaved=interleaved, dtype=work_dtype(X.dtype), check=False)
+    _check_rope_inputs(X, positions, base, interleaved, scaling)
+    tables = rope_tables(torch.as_tensor(positions, device=X.device), X.shape[-1], base=base,
+                         scaling=scaling, interleaved=interleaved, dtype=work_dtype(X.dtype))
     return rope_rotate(X, tables, interleaved=interleaved)
 
 
@@ -325,7 +322,6 @@ def rope_tables(
     scaling: RopeScaling | None = None,
     interleaved: bool = False,
     dtype: torch.dtype = torch.float32,
-    check: bool = True,
 ) -> RopeTables:
     """The rotation tables of ``positions``: ``m cos`` and ``m sin`` of every pair's angle.
 
@@ -333,7 +329,9 @@ def rope_tables(
     :func:`rope_frequencies`); ``m`` is the scaling's ``attention_factor`` (1 without a
     scaling): rotating a query and a key with these multiplies their dot product by
     ``m^2``, YaRN's temperature. The one table builder of attnlib: :func:`apply_rope`, the
-    attention layers and the decoders all call it.
+    attention layers and the decoders all call it. Like :func:`rope_rotate` it is a building
+    block for callers that checked their arguments (a layer checks its RoPE settings when it
+    is built); :func:`apply_rope` is the checked way in.
 
     Args:
         positions: ``(..., N)`` positions.
@@ -342,7 +340,6 @@ def rope_tables(
         scaling: a :class:`Llama3Scaling` or :class:`YarnScaling`, or None.
         interleaved: the pairing the tables are laid out for.
         dtype: dtype of ``cos`` and ``sin`` (the angles themselves are float64).
-        check: validate the arguments first (the default).
 
     Returns:
         :class:`RopeTables` ``(positions, cos, sin)``, ``cos`` and ``sin`` ``(..., N, d)``.
@@ -357,11 +354,7 @@ def rope_tables(
 
     Lesson: 08_rope.
     """
-    if check:
-        _check_angle_inputs(positions, d, base, scaling)
-    positions = torch.as_tensor(positions)
-    theta = rope_frequencies(d, base=base, scaling=scaling, device=positions.device,
-                             check=False)  # (d/2,)
+    theta = _frequencies(d, base, scaling, positions.device)  # (d/2,)
     angles = positions.to(theta.dtype)[..., None] * theta  # (..., N, d/2), float64
     m = 1.0 if scaling is None else scaling.attention_factor
     cos, sin = angles.cos(), angles.sin()
@@ -380,7 +373,6 @@ def rope_frequencies(
     base: float = 10000.0,
     scaling: RopeScaling | None = None,
     device: torch.device | str | None = None,
-    check: bool = True,
 ) -> torch.Tensor:
     """The ``d/2`` angular frequencies ``theta_i = base^(-2i/d)``, ``i = 0 .. d/2 - 1`` (float64).
 
@@ -390,7 +382,6 @@ def rope_frequencies(
         scaling: a :class:`Llama3Scaling` or :class:`YarnScaling` that rescales them, or
             None.
         device: where to build them.
-        check: validate the arguments first (the default); attnlib's own calls pass False.
 
     Returns:
         ``(d/2,)`` float64 (float32 on MPS), from 1 down to ``base^(-(d-2)/d)`` without a
@@ -402,9 +393,14 @@ def rope_frequencies(
 
     Lesson: 08_rope.
     """
-    if check:
-        _check_frequencies(d, base, scaling)
-    device = torch.device("cpu") if device is None else torch.device(device)
+    _check_frequencies(d, base, scaling)
+    return _frequencies(d, base, scaling, torch.device("cpu") if device is None else device)
+
+
+def _frequencies(d: int, base: float, scaling: RopeScaling | None,
+                 device: torch.device | str) -> torch.Tensor:
+    """:func:`rope_frequencies` of checked arguments."""
+    device = torch.device(device)
     # Angles in float64 keep m * theta accurate at large positions; MPS has no float64.
     dtype = torch.float32 if device.type == "mps" else torch.float64
     i = torch.arange(d // 2, dtype=dtype, device=device)
@@ -498,13 +494,6 @@ def check_rope_scaling(rope_scaling: object, rope_base: object) -> None:
     _check_scaling(rope_scaling, "rope_scaling")
     if rope_scaling is not None and rope_base is None:
         raise ValueError(f"rope_scaling needs rope_base (a RoPE to scale); got {rope_scaling}")
-
-
-def _check_angle_inputs(positions: object, d: object, base: object, scaling: object) -> None:
-    check_tensor("positions", positions, min_dim=0, floating=False)
-    _check_width(d)
-    check_positive_float("base", base)
-    _check_scaling(scaling)
 
 
 def _check_rope_inputs(X, positions, base, interleaved, scaling) -> None:

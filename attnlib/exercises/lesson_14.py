@@ -61,7 +61,7 @@ def _rms_norm() -> Implementation:
          Mistake(lambda x, g, eps: x / ((x * x).mean(-1, keepdim=True).sqrt() + eps) * g,
                  "eps goes inside the square root, sqrt(mean(x^2) + eps): added outside it, "
                  "it is a different number, and Hugging Face's Llama puts it inside."),
-         Mistake(lambda x, g, eps: _ref.rms_norm(x, g, 0.0),
+         Mistake(lambda x, g, eps: x * torch.rsqrt((x * x).mean(-1, keepdim=True)) * g,
                  "use eps: it keeps the division finite for a vector near zero, and it "
                  "changes the result wherever mean(x^2) is not much larger than eps.")))
 
@@ -323,7 +323,7 @@ def _wrong_block(rope_v=False, attn_residual=True, ffn_residual=True, post_norm=
             rope_base=base if base is not None and layer.rope_base is not None
             else layer.rope_base)
         h = x if post_norm else pieces.rms_norm(x, L.attn_g, L.attn_eps)
-        Q, K, V = (_split(h @ W, n, check=False) for W, n in
+        Q, K, V = (_split(h @ W, n) for W, n in
                    ((L.W_Q, L.H), (L.W_K, L.G), (L.W_V, L.G)))
         if L.rope_base is not None:
             first = start if offset else 0
@@ -335,7 +335,7 @@ def _wrong_block(rope_v=False, attn_residual=True, ffn_residual=True, post_norm=
             K, V = cache.append(K, V)
         if L.G != L.H:
             K, V = pieces.repeat_kv(K, L.H), pieces.repeat_kv(V, L.H)
-        a = _merge(pieces.attend(Q, K, V), check=False) @ L.W_O
+        a = _merge(pieces.attend(Q, K, V)) @ L.W_O
         x = x + a if attn_residual else a
         if post_norm:
             x = pieces.rms_norm(x, L.attn_g, L.attn_eps)

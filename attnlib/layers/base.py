@@ -4,23 +4,28 @@ Every attention module of attnlib (multi-head, grouped-query, multi-query, laten
 sliding-window) derives from :class:`AttentionLayer`, whose ``forward`` is the layer read
 as the paper writes it::
 
-    Q, kv = project(X, X_KV)          Q_h = X W_Q^h;  K_g = X_KV W_K^g,  V_g = X_KV W_V^g
-    Q, kv = rotate(Q, kv, rope)       RoPE:  q_m -> R_m q_m,  k_n -> R_n k_n
-    kv    = cache.append(*kv)         every token so far (keys already rotated)
-    Y     = attend(Q, *kv, mask)      Y_h = Z_h^-1 A_h V_g(h),  A_h = exp(Q_h K_g^T / sqrt(d))
-    out   = combine(Y, X)             concat_col(Y_1 .. Y_H) W_O
+    Q, kv   = project(X, X_KV)         Q_h = X W_Q^h;  K_g = X_KV W_K^g,  V_g = X_KV W_V^g
+    Q, kv   = rotate(Q, kv, rope)      RoPE:  q_m -> R_m q_m,  k_n -> R_n k_n
+    kv      = cache.append(*kv)        every token so far (keys already rotated)
+    Q, K, V = heads(Q, *kv)            what the heads attend with (GQA: as projected)
+    mask    = mask(mask, Q, K)         one mask for every head
+    Y       = attend(Q, K, V, mask)    Y_h = Z_h^-1 A_h V_g(h),  A_h = exp(Q_h K_g^T / sqrt(d))
+    out     = combine(Y, X)            concat_col(Y_1 .. Y_H) W_O
 
 ``kv`` is what the layer keeps per token: ``(K, V)`` for the GQA family, ``(L, k_R)`` for
-MLA. A subclass replaces only the step it changes: gated attention its ``combine``,
-sliding-window attention its ``attend`` and its cache. A reader replaces a step of every
-layer of a model without subclassing: :meth:`AttentionLayer.use` installs a function as
-the attend step or the rotation, and :meth:`attnlib.layers.blocks.TinyDecoder.with_attention`
-does it for a whole model.
+MLA, whose ``heads`` step builds the per-head keys and values from the latent (or moves the
+queries into the latent's coordinates). The attend step is the function
+:data:`attnlib.core.functional.ATTENTION_FUNCTIONS` holds for ``impl`` (PyTorch's fused
+kernel, or ``Z^-1 A V`` as written), or the one a reader installed with :meth:`use`
+(:meth:`attnlib.layers.blocks.TinyDecoder.with_attention` does it for a whole model):
+``forward`` calls it for every layer, whatever its kind. Keys and values a paged cache
+returns (:class:`~attnlib.serving.paged.PagedBlocks`) are read through their block tables by
+:func:`~attnlib.serving.paged.paged_attention` instead. A subclass replaces only the step
+it changes: gated attention its ``combine``, sliding-window attention its ``mask`` and its
+cache, MLA its ``project``, ``heads`` and ``combine``.
 
-Checks: ``forward(..., check=True)`` validates its arguments once, with :meth:`check`,
-before any step runs; a block or decoder that checked its own arguments calls its
-attention with ``check=False`` (through ``__call__``, so forward hooks fire), and the steps
-never check again.
+``forward`` checks its arguments before any step (inside a decoder's call, which checked
+them, it does not check them again); the steps trust them.
 
 Lesson: 03_multi_head_attention (the steps), 06_gqa, 07_mla.
 """
@@ -32,17 +37,14 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from attnlib._checks import check_attention_call, check_choice, check_input
-from attnlib.core.functional import IMPLS
+from attnlib._checks import check_attention_call, check_choice, check_input, in_checked_call
+from attnlib.core.functional import ATTENTION_FUNCTIONS, IMPLS, AttendFn
 from attnlib.core.rope import RopeScaling, RopeTables, rope_rotate, rope_tables
 from attnlib.device import work_dtype
-from attnlib.serving.cache import Cache, Rows
+from attnlib.serving.cache import Cache
+from attnlib.serving.paged import PagedBlocks, paged_attention
 
 __all__ = ["AttendFn", "AttentionLayer", "RopeFn"]
-
-AttendFn = Callable[..., torch.Tensor]
-"""``attend(Q, K, V, *, mask=None, causal=False) -> Y``: per-head attention, ``Q`` of
-``(..., H, N_Q, d)``, ``K`` and ``V`` of ``(..., G, N_KV, d)``, ``Y`` of ``(..., H, N_Q, d_v)``."""
 
 RopeFn = Callable[..., torch.Tensor]
 """``rope(X, positions, *, base) -> X``: rotate ``X (..., heads, N, d)`` at ``positions``."""
@@ -51,11 +53,12 @@ RopeFn = Callable[..., torch.Tensor]
 class AttentionLayer(nn.Module):
     """The base of every attention module: ``forward`` runs the steps of the paper in order.
 
-    A subclass sets the sizes and parameters, the RoPE settings (``rope_dim``, the width
-    RoPE rotates, 0 for none; ``rope_base``, ``rope_interleaved``, ``rope_scaling``) and
-    ``cache_type``, and implements :meth:`project`, :meth:`rotate`, :meth:`attend` and
-    :meth:`combine` (the GQA family's are in :class:`attnlib.layers.gqa.GroupedQueryAttention`),
-    :meth:`cache_rows` and, for its own arguments, :meth:`check`.
+    A subclass sets the sizes and parameters (``d_in``, and ``W_O`` last), the RoPE settings
+    (``rope_dim``, the width RoPE rotates, 0 for none; ``rope_base``, ``rope_interleaved``,
+    ``rope_scaling``), ``cache_type`` and ``scale`` (None: ``1/sqrt(d)`` of the queries the
+    attend step receives), and implements :meth:`project`, :meth:`rotate`, :meth:`heads` and
+    :meth:`combine` (the GQA family's are in
+    :class:`attnlib.layers.gqa.GroupedQueryAttention`).
 
     Attributes:
         attend_fn: a function that replaces the attend step (see :meth:`use`), or None.
@@ -69,6 +72,7 @@ class AttentionLayer(nn.Module):
     rope_interleaved: bool = False
     rope_scaling: RopeScaling | None = None
     cache_type: type[Cache] = Cache
+    scale: float | None = None
     attend_fn: AttendFn | None = None
     rope_fn: RopeFn | None = None
 
@@ -82,7 +86,7 @@ class AttentionLayer(nn.Module):
         positions: torch.Tensor | None = None,
         cache: Cache | None = None,
         rope: RopeTables | None = None,
-        check: bool = True,
+        impl: str = "auto",
         **options: object,
     ) -> torch.Tensor:
         """``Y = concat_col(Z_h^-1 A_h V_h) W_O``: project, rotate, cache, attend, combine.
@@ -101,30 +105,32 @@ class AttentionLayer(nn.Module):
                 over (self-attention only).
             rope: the new tokens' rotation (:meth:`rope_tables`), when a decoder made it
                 once for all its layers; ``None`` makes it here.
-            check: validate the arguments first (the default); a block that checked its
-                own passes False.
-            **options: the attend step's options (``impl`` for every layer, ``absorbed``
-                for MLA).
+            impl: ``"auto"`` (PyTorch's fused kernel) or ``"explicit"`` (``Z^-1 A V`` as
+                written): the key of :data:`attnlib.core.functional.ATTENTION_FUNCTIONS`.
+            **options: the variant's own options (``absorbed`` for MLA).
 
         Returns:
             ``(..., N_Q, d_out)``.
         """
-        if check:
+        if not in_checked_call():  # a decoder checked its layers' arguments already
             self.check(X, X_KV, causal=causal, mask=mask, positions=positions, cache=cache,
-                       **options)
+                       impl=impl, **options)
         Q, kv = self.project(X, X_KV)  # the heads' queries; what the cache keeps
         if self.rope_dim and X_KV is None:  # RoPE: self-attention only
             if rope is None:
                 start = 0 if cache is None else cache.n_tokens
                 rope = self.rope_tables(positions, X.shape[-2], start, X.dtype, X.device)
             Q, kv = self.rotate(Q, kv, rope)
-        if cache is not None:  # every token so far (attnlib's caches were checked above)
-            named = isinstance(cache, Cache) and cache.fields  # attnlib's, which take check=
-            kv = cache.append(*kv, check=False) if named else cache.append(*kv)
-        if mask is not None:
-            mask = mask.unsqueeze(-3)  # (..., 1, N_Q, N_KV): one mask for every head
-        Y = self.attend(Q, *kv, mask=mask, causal=causal, **options)
-        return self.combine(Y, X)  # (..., N_Q, d_out)
+        if cache is not None:
+            kv = cache.append(*kv)  # every token so far
+        Q, K, V = self.heads(Q, *kv, **options)  # (..., H, N_Q, d), (..., G, N_KV, d) twice
+        mask = self.mask(mask, Q, K)  # (..., 1, N_Q, N_KV): one mask for every head
+        attend = self.attend_fn or ATTENTION_FUNCTIONS[impl]  # a reader's, or PyTorch's
+        if isinstance(K, PagedBlocks):  # a paged cache: read in place through the block tables
+            attend = paged_attention
+        scale = {} if self.scale is None else {"scale": self.scale}  # MLA: not 1/sqrt(d)
+        Y = attend(Q, K, V, mask=mask, causal=causal, **scale)  # Y_h = Z_h^-1 A_h V_g(h)
+        return self.combine(Y, X, **options)  # (..., N_Q, d_out)
 
     # --- the steps; a subclass implements them -------------------------------------------
 
@@ -136,12 +142,17 @@ class AttentionLayer(nn.Module):
         """``(Q, kv)`` with RoPE applied to the queries and keys of the new tokens."""
         raise NotImplementedError(f"{type(self).__name__} must implement rotate")
 
-    def attend(self, Q: object, *kv: torch.Tensor, mask: torch.Tensor | None = None,
-               causal: bool = False, **options: object) -> torch.Tensor:
-        """``Y_h = Z_h^-1 A_h V_h`` per head, ``(..., H, N_Q, d_v)``, over every held token."""
-        raise NotImplementedError(f"{type(self).__name__} must implement attend")
+    def heads(self, Q: object, *kv: torch.Tensor, **options: object
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(Q, K, V)`` the attend step reads: ``(..., H, N_Q, d)`` and ``(..., G, N_KV, d)``."""
+        raise NotImplementedError(f"{type(self).__name__} must implement heads")
 
-    def combine(self, Y: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+    def mask(self, mask: torch.Tensor | None, Q: torch.Tensor, K: torch.Tensor
+             ) -> torch.Tensor | None:
+        """The caller's mask ``(..., N_Q, N_KV)`` for every head: ``(..., 1, N_Q, N_KV)``."""
+        return None if mask is None else mask.unsqueeze(-3)
+
+    def combine(self, Y: torch.Tensor, X: torch.Tensor, **options: object) -> torch.Tensor:
         """The heads merged and mapped out, ``concat_col(Y_h) W_O``; ``X`` is the layer's input."""
         raise NotImplementedError(f"{type(self).__name__} must implement combine")
 
@@ -164,8 +175,7 @@ class AttentionLayer(nn.Module):
             pos = torch.as_tensor(positions, device=device)
             pos = pos if pos.dim() == 1 else pos[:, None, :]
         return rope_tables(pos, self.rope_dim, base=self.rope_base, scaling=self.rope_scaling,
-                           interleaved=self.rope_interleaved, dtype=work_dtype(dtype),
-                           check=False)
+                           interleaved=self.rope_interleaved, dtype=work_dtype(dtype))
 
     def rope(self, rope: RopeTables, Q: torch.Tensor, K: torch.Tensor
              ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -182,15 +192,18 @@ class AttentionLayer(nn.Module):
     def use(self, *, attend: AttendFn | None = None, rope: RopeFn | None = None) -> AttentionLayer:
         """Run ``attend`` as this layer's attend step and ``rope`` as its rotation; return self.
 
-        ``attend(Q, K, V, *, mask=None, causal=False)`` receives the heads' queries
-        ``(..., H, N_Q, d)`` and every held key and value ``(..., G, N_KV, d)`` (``G = H``
-        for multi-head attention, and for MLA, whose per-head keys are built from the
-        latent first), ``mask`` broadcastable to ``(..., H, N_Q, N_KV)`` or None, and
-        returns ``(..., H, N_Q, d_v)``; :func:`attnlib.layers.gqa.grouped_query_attention` has this
-        signature. A layer whose logit scale is not ``1/sqrt(d)`` (MLA with YaRN) passes
+        ``attend(Q, K, V, *, mask=None, causal=False)`` receives what :meth:`heads` made:
+        the heads' queries ``(..., H, N_Q, d)`` and every held key and value
+        ``(..., G, N_KV, d)`` (``G = H`` for multi-head attention, and for MLA, whose
+        per-head keys are built from the latent first; ``G = 1`` on MLA's absorbed path,
+        whose one key and value head is the latent), ``mask`` broadcastable to
+        ``(..., H, N_Q, N_KV)`` or None, and returns ``(..., H, N_Q, d_v)``;
+        :func:`attnlib.layers.gqa.grouped_query_attention` has this signature. A layer
+        whose logit scale is not ``1/sqrt(d)`` of the queries it hands over (MLA) passes
         ``scale=`` as well. ``rope(X, positions, *, base)`` rotates ``X (..., heads, N, d)``
         at integer ``positions`` (``(N,)`` or ``(B, 1, N)``), as :func:`attnlib.apply_rope`
-        does. ``None`` keeps the layer's own step.
+        does. ``None`` keeps the layer's own step. A paged cache's blocks are read by
+        :func:`~attnlib.serving.paged.paged_attention`, not by ``attend``.
         """
         if attend is not None and not callable(attend):
             raise TypeError(f"attend must be a callable (Q, K, V, *, mask, causal) -> Y; "
@@ -210,43 +223,38 @@ class AttentionLayer(nn.Module):
         """An empty cache of this layer's kind: growing, or preallocated for ``max_tokens``."""
         return self.cache_type(max_tokens)
 
-    def cache_rows(self, batch: tuple[int, ...], n: int) -> tuple[Rows | None, ...]:
-        """The :class:`~attnlib.serving.cache.Rows` that ``n`` new tokens add to the cache."""
-        raise NotImplementedError(f"{type(self).__name__} must implement cache_rows")
+    def check_cache(self, cache: object, name: str = "cache") -> None:
+        """``cache`` is a cache of this layer's kind.
 
-    def check_cache(self, cache: object, batch: tuple[int, ...], n: int, *,
-                    name: str = "cache") -> None:
-        """``cache`` is a cache of this layer's kind that takes ``n`` new tokens.
-
-        attnlib's caches name what they hold (:attr:`~attnlib.serving.cache.Cache.fields`) and must
-        be of :attr:`cache_type`'s kind; a cache of one's own, any object with ``append(*new)``
-        returning everything held and ``n_tokens``, is taken as it is and called as
-        ``cache.append(K, V)``.
+        attnlib's caches name what they hold (:attr:`~attnlib.serving.cache.Cache.fields`),
+        which must be :attr:`cache_type`'s; a cache of one's own, any object with
+        ``append(*new)`` returning everything held and ``n_tokens``, is taken as it is. A
+        cache refuses, when :meth:`~attnlib.serving.cache.Cache.append` runs, new rows that
+        do not fit what it holds.
         """
-        kind = self.cache_type
-        named = isinstance(cache, Cache) and bool(cache.fields)  # attnlib's caches
-        own = not named and callable(getattr(cache, "append", None)) and hasattr(
+        fields = getattr(cache, "fields", None)
+        own = not fields and callable(getattr(cache, "append", None)) and hasattr(
             type(cache), "n_tokens")  # a cache of one's own: append and n_tokens
-        if not own and not (named and cache.fields == kind.fields):
-            raise TypeError(f"{name} must be an attnlib.{kind.__name__} (or a cache of your own "
-                            f"with append and n_tokens); got {type(cache).__name__}")
-        if not own:
-            cache.check_next(*self.cache_rows(batch, n))
+        if not own and fields != self.cache_type.fields:
+            kind = self.cache_type.__name__
+            raise TypeError(f"{name} must be an attnlib.{kind} (or a cache of your own with "
+                            f"append and n_tokens); got {type(cache).__name__}")
 
     def check(self, X: object, X_KV: object = None, *, causal: object = False,
               mask: object = None, positions: object = None, cache: object = None,
-              **options: object) -> None:
-        """The arguments of :meth:`forward` (a block checks its own with it)."""
-        like = self.parameters().__next__()
+              impl: object = "auto", **options: object) -> None:
+        """The arguments of :meth:`forward`."""
+        like = self.W_O  # the parameters' dtype and device
         check_input("X", X, self.d_in, like, "d_in of this module")
+        n_kv = X.shape[-2]
         if X_KV is not None:
             check_input("X_KV", X_KV, self.d_in, like, "d_in of this module")
             if cache is not None:
                 raise ValueError("cache must be None for cross-attention (X_KV given)")
+            n_kv = X_KV.shape[-2]
         if cache is not None:
-            self.check_cache(cache, X.shape[:-2], X.shape[-2])
-        check_choice("impl", options.pop("impl", "auto"), IMPLS)
-        n_kv = (X if X_KV is None else X_KV).shape[-2] + (0 if cache is None else cache.n_tokens)
+            self.check_cache(cache)
+            n_kv += cache.n_tokens
+        check_choice("impl", impl, IMPLS)
         check_attention_call(X, causal=causal, mask=mask, positions=positions, n_kv=n_kv,
                              **options)  # the other options are flags
-

@@ -9,10 +9,9 @@ them. Weights multiply from the right (``H = X @ W_1``), as in the rest of attnl
 
 A block's attention sublayer comes from :mod:`attnlib.layers.variants`, a registry by name
 (``"gqa"``, ``"mla"``, ``"gated"``, ``"sliding"``, and any variant registered there), built
-with the options the caller gave for it. A module's ``forward`` checks its arguments once
-(``check=True``, the default); a block and a decoder check their own arguments, then call
-their sublayers through ``__call__`` with ``check=False``, so nothing is checked twice and
-forward hooks registered on any sublayer fire, in ``forward`` and in ``generate`` alike.
+with the options the caller gave for it. Every module's ``forward`` checks its own
+arguments; a block and a decoder call their sublayers through ``__call__``, so forward hooks
+registered on any sublayer fire, in ``forward`` and in ``generate`` alike.
 
 Where the norm goes is the one design choice a block makes, and three placements are in use:
 
@@ -48,6 +47,8 @@ from attnlib._checks import (
     check_positions,
     check_positive_int,
     check_tensor,
+    checked_call,
+    in_checked_call,
 )
 from attnlib._params import init_weight
 from attnlib.core.masks import position_ids
@@ -81,6 +82,7 @@ FFN_KINDS = ("swiglu", "gelu", "relu")
 
 
 
+
 def _make_norm(kind: str, d: int, **kw) -> nn.Module:
     return RMSNorm(d, **kw) if kind == "rms" else LayerNorm(d, **kw)
 
@@ -103,7 +105,6 @@ def feed_forward(
     activation: str = "relu",
     b_1: torch.Tensor | None = None,
     b_2: torch.Tensor | None = None,
-    check: bool = True,
 ) -> torch.Tensor:
     """The position-wise feed-forward network ``y = f(x W_1 + b_1) W_2 + b_2``.
 
@@ -117,7 +118,6 @@ def feed_forward(
         activation: ``"relu"`` or ``"gelu"`` (the exact, erf-based GELU).
         b_1: ``(d_ff,)`` or None.
         b_2: ``(d_out,)`` or None.
-        check: validate the arguments first (the default); attnlib's own calls pass False.
 
     Returns:
         ``(..., N, d_out)``.
@@ -127,8 +127,7 @@ def feed_forward(
 
     Lesson: 04_masks_and_layers.
     """
-    if check:
-        _check_ffn_call(x, activation)
+    _check_ffn_call(x, activation)
     f = _ACTIVATIONS[activation]
     H = x @ W_1  # (..., N, d_ff)
     if b_1 is not None:
@@ -151,7 +150,6 @@ def swiglu(
     b_gate: torch.Tensor | None = None,
     b_up: torch.Tensor | None = None,
     b_down: torch.Tensor | None = None,
-    check: bool = True,
 ) -> torch.Tensor:
     """The gated feed-forward network ``y = (silu(x W_gate) * (x W_up)) W_down`` (Shazeer 2020).
 
@@ -167,7 +165,6 @@ def swiglu(
         b_gate: ``(d_ff,)`` or None.
         b_up: ``(d_ff,)`` or None.
         b_down: ``(d_out,)`` or None.
-        check: validate the arguments first (the default); attnlib's own calls pass False.
 
     Returns:
         ``(..., N, d_out)``.
@@ -176,8 +173,7 @@ def swiglu(
 
     Lesson: 04_masks_and_layers.
     """
-    if check:
-        check_tensor("x", x)
+    check_tensor("x", x)
     gate = x @ W_gate  # (..., N, d_ff)
     up = x @ W_up  # (..., N, d_ff)
     if b_gate is not None:
@@ -240,16 +236,15 @@ class FeedForward(nn.Module):
             b = nn.Parameter(torch.zeros(width, **kw)) if bias else None
             self.register_parameter(name, b)
 
-    def forward(self, x: torch.Tensor, *, check: bool = True) -> torch.Tensor:
-        """``(..., N, d) -> (..., N, d)``; see :func:`feed_forward` and :func:`swiglu`
-        (``check=False``: ``x`` is known to fit, as in a block)."""
-        if check:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(..., N, d) -> (..., N, d)``; see :func:`feed_forward` and :func:`swiglu`."""
+        if not in_checked_call():
             check_last_dim("x", check_tensor("x", x), self.d, "d of this feed-forward network")
         if self.kind == "swiglu":
             return swiglu(x, self.W_gate, self.W_up, self.W_down, b_gate=self.b_gate,
-                          b_up=self.b_up, b_down=self.b_down, check=False)
+                          b_up=self.b_up, b_down=self.b_down)
         return feed_forward(x, self.W_1, self.W_2, activation=self.kind, b_1=self.b_1,
-                            b_2=self.b_2, check=False)
+                            b_2=self.b_2)
 
     def extra_repr(self) -> str:
         return f"d={self.d}, d_ff={self.d_ff}, kind={self.kind!r}"
@@ -377,7 +372,6 @@ class TransformerBlock(nn.Module):
         positions: torch.Tensor | None = None,
         cache: Cache | None = None,
         rope: RopeTables | None = None,
-        check: bool = True,
     ) -> torch.Tensor:
         """Apply the layer; the three branches below are the three residual equations.
 
@@ -396,64 +390,48 @@ class TransformerBlock(nn.Module):
                 ``memory`` on every call.
             rope: the rotation of the new tokens, when a decoder made it once for all its
                 layers (:meth:`attnlib.layers.base.AttentionLayer.rope_tables`).
-            check: validate the arguments first (the default); a decoder that checked its
-                own passes False.
 
         Returns:
             ``(..., N, d_model)``.
 
-        Every sublayer is called through ``__call__`` (forward hooks fire) with
-        ``check=False``: the block checked what each of them receives, once, above.
+        Every sublayer is called through ``__call__`` (forward hooks fire) and checks what
+        it receives (inside a decoder's call, the decoder checked it).
         """
-        if check:
-            self.check(x, causal=causal, mask=mask, memory=memory, memory_mask=memory_mask,
-                       positions=positions, cache=cache)
-
-        def A(h: torch.Tensor) -> torch.Tensor:  # self-attention
-            return self.attn(h, causal=causal, mask=mask, positions=positions, cache=cache,
-                             rope=rope, check=False)
-
-        def C(h: torch.Tensor) -> torch.Tensor:  # cross-attention over memory
-            return self.cross_attn(h, memory, mask=memory_mask, check=False)
-
-        F, N1, N3 = self.ffn, self.attn_norm, self.ffn_norm
-        no = {"check": False}
+        if not in_checked_call():
+            self.check(memory, memory_mask)  # the sublayers check the rest
+        A, C, F = self.attn, self.cross_attn, self.ffn
+        attend = {"causal": causal, "mask": mask, "positions": positions, "cache": cache,
+                  "rope": rope}  # self-attention's arguments
         if self.norm == "pre":
-            x = x + A(N1(x, **no))
-            if self.cross_attn is not None:
-                x = x + C(self.cross_norm(x, **no))
-            x = x + F(N3(x, **no), **no)
+            x = x + A(self.attn_norm(x), **attend)
+            if C is not None:
+                x = x + C(self.cross_norm(x), memory, mask=memory_mask)
+            x = x + F(self.ffn_norm(x))
         elif self.norm == "post":
-            x = N1(x + A(x), **no)
-            if self.cross_attn is not None:
-                x = self.cross_norm(x + C(x), **no)
-            x = N3(x + F(x, **no), **no)
+            x = self.attn_norm(x + A(x, **attend))
+            if C is not None:
+                x = self.cross_norm(x + C(x, memory, mask=memory_mask))
+            x = self.ffn_norm(x + F(x))
         else:  # peri
-            x = x + self.attn_out_norm(A(N1(x, **no)), **no)
-            if self.cross_attn is not None:
-                x = x + self.cross_out_norm(C(self.cross_norm(x, **no)), **no)
-            x = x + self.ffn_out_norm(F(N3(x, **no), **no), **no)
+            x = x + self.attn_out_norm(A(self.attn_norm(x), **attend))
+            if C is not None:
+                x = x + self.cross_out_norm(C(self.cross_norm(x), memory, mask=memory_mask))
+            x = x + self.ffn_out_norm(F(self.ffn_norm(x)))
         return x  # (..., N, d_model)
 
-    def check(self, x: object, *, causal: object = False, mask: object = None,
-              memory: object = None, memory_mask: object = None, positions: object = None,
-              cache: object = None) -> None:
-        """The block's arguments, with its sublayers' own checks for what they will receive."""
-        check_last_dim("x", check_tensor("x", x, min_dim=2), self.d_model, "d_model of this block")
-        self.attn.check(x, causal=causal, mask=mask, positions=positions, cache=cache)
-        if self.cross_attn is None:
-            if memory is not None or memory_mask is not None:
-                raise ValueError(
-                    "memory (and memory_mask) need a block built with cross_attention=True; "
-                    f"got memory of shape {None if memory is None else tuple(memory.shape)}"
-                )
-        elif memory is None:
+    def check(self, memory: object = None, memory_mask: object = None) -> None:
+        """``memory`` (and ``memory_mask``) exactly when the block has cross-attention; the
+        sublayers check the rest of :meth:`forward`'s arguments."""
+        if self.cross_attn is None and (memory is not None or memory_mask is not None):
+            raise ValueError(
+                "memory (and memory_mask) need a block built with cross_attention=True; "
+                f"got memory of shape {None if memory is None else tuple(memory.shape)}"
+            )
+        if self.cross_attn is not None and memory is None:
             raise ValueError(
                 "memory must be given: this block has a cross-attention sublayer "
                 "(cross_attention=True); got None"
             )
-        if self.cross_attn is not None:
-            self.cross_attn.check(x, memory, mask=memory_mask)
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, norm={self.norm!r}, norm_kind={self.norm_kind!r}"
@@ -658,7 +636,6 @@ class TinyDecoder(nn.Module):
         attention_mask: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
         rope: RopeTables | None = None,
-        check: bool = True,
     ) -> torch.Tensor:
         """Next-token logits for every position: ``logits = Norm(Blocks(E[ids])) W_out``.
 
@@ -683,8 +660,6 @@ class TinyDecoder(nn.Module):
                 it already (:meth:`generate` makes the tables of every position it will
                 reach once, and hands each step its rows); ``None`` makes it here, once for
                 all the layers (:meth:`attnlib.layers.base.AttentionLayer.rope_tables`).
-            check: validate the arguments first (the default); :meth:`generate`, which
-                checked its own, passes False at every step.
 
         Returns:
             ``(..., N, vocab_size)`` logits; row ``i`` scores the token after ``ids[..., i]``.
@@ -693,26 +668,27 @@ class TinyDecoder(nn.Module):
         through the same ``caches`` in pieces; with ``attention_mask``, row ``b``'s logits
         at its real tokens are those of its real tokens run alone, unpadded.
         """
-        if check:
+        if not in_checked_call():  # generate checked its own arguments once
             self.check(ids, caches, attention_mask=attention_mask, positions=positions,
                        rope=rope)
         real = None if attention_mask is None else attention_mask.bool()
-        x = self.E[ids]  # (..., N, d_model)
-        if self.norm == "peri":
-            x = self.emb_norm(x, check=False)
         n, start = ids.shape[-1], 0 if caches is None else caches[0].n_tokens
         mask = None
         if real is not None:  # padding: hide the pads' keys, count the real tokens only
             mask = real[..., None, :]  # (B, 1, N_KV): the key is real; each block adds causal
             if positions is None:
-                positions = position_ids(real, check=False)[..., -n:]  # (B, N): the new tokens
+                positions = position_ids(real)[..., -n:]  # (B, N): the new tokens
+        x = self.E[ids]  # (..., N, d_model)
         if rope is None:  # every block's attention rotates by the same angles: one rotation
             rope = self.blocks[0].attn.rope_tables(positions, n, start, x.dtype, x.device)
-        for i, block in enumerate(self.blocks):
-            x = block(x, causal=True, mask=mask, positions=positions,
-                      cache=None if caches is None else caches[i], rope=rope, check=False)
-        if self.norm != "post":
-            x = self.final_norm(x, check=False)  # (..., N, d_model)
+        with checked_call():  # the layers take what this call checked
+            if self.norm == "peri":
+                x = self.emb_norm(x)
+            for i, block in enumerate(self.blocks):
+                x = block(x, causal=True, mask=mask, positions=positions,
+                          cache=None if caches is None else caches[i], rope=rope)
+            if self.norm != "post":
+                x = self.final_norm(x)  # (..., N, d_model)
         return x @ self.output_weights()  # (..., N, vocab_size)
 
     @torch.no_grad()
@@ -769,7 +745,7 @@ class TinyDecoder(nn.Module):
         check_bool("do_sample", do_sample)
         if do_sample:
             from attnlib.serving.sampling import check_options, sample
-            check_options(temperature, top_k, top_p, min_p, generator)
+            check_options(temperature, top_k, top_p, min_p, generator)  # once, for every step
         if caches is None and use_cache:
             caches = self.new_caches(ids.shape[-1] + max_new_tokens)
         real = None if attention_mask is None else attention_mask.bool()
@@ -778,23 +754,24 @@ class TinyDecoder(nn.Module):
         held = 0 if caches is None else caches[0].n_tokens
         table = self.blocks[0].attn.rope_tables(
             None, held + ids.shape[-1] + max_new_tokens, 0, self.E.dtype, self.E.device)
-        out, step = ids, ids
-        for _ in range(max_new_tokens):
-            n, start = step.shape[-1], 0 if caches is None else caches[0].n_tokens
-            positions = None if real is None else position_ids(real, check=False)[..., -n:]
-            rope = None if table is None else _rope_rows(table, start, n, positions)
-            logits = self(step, caches=caches, attention_mask=real, positions=positions,
-                          rope=rope, check=False)  # (..., N_step, V)
-            if do_sample:
-                next_id = sample(logits[..., -1, :], temperature=temperature, top_k=top_k,
-                                 top_p=top_p, min_p=min_p, generator=generator, check=False)
-            else:
-                next_id = logits[..., -1, :].argmax(dim=-1, keepdim=True)  # (..., 1)
-            out = torch.cat((out, next_id), dim=-1)
-            if real is not None:  # the new token is real
-                real = torch.cat((real, torch.ones_like(next_id, dtype=torch.bool)), dim=-1)
-            step = next_id if use_cache else out  # with a cache, feed only the new token
-        return out
+        new, step = [], ids  # the generated ids, (..., 1) each
+        with checked_call():  # every step's arguments are this call's, checked above
+            for _ in range(max_new_tokens):
+                n, start = step.shape[-1], 0 if caches is None else caches[0].n_tokens
+                positions = None if real is None else position_ids(real)[..., -n:]
+                rope = None if table is None else _rope_rows(table, start, n, positions)
+                logits = self(step, caches=caches, attention_mask=real, positions=positions,
+                              rope=rope)  # (..., N_step, V)
+                if do_sample:
+                    next_id = sample(logits[..., -1, :], temperature=temperature, top_k=top_k,
+                                     top_p=top_p, min_p=min_p, generator=generator)
+                else:
+                    next_id = logits[..., -1, :].argmax(dim=-1, keepdim=True)  # (..., 1)
+                new.append(next_id)
+                if real is not None:  # the new token is real
+                    real = torch.cat((real, torch.ones_like(next_id, dtype=torch.bool)), dim=-1)
+                step = next_id if use_cache else torch.cat((ids, *new), dim=-1)  # cache: the new
+        return torch.cat((ids, *new), dim=-1)
 
     def check(
         self, ids: object, caches: object = None, *, attention_mask: object = None,
@@ -802,12 +779,8 @@ class TinyDecoder(nn.Module):
     ) -> None:
         """Token ids in ``[0, vocab_size)`` on the model's device; caches; the attention
         mask and positions; generate's options."""
-        if "max_new_tokens" in generate_args:
-            check_nonnegative_int("max_new_tokens", generate_args["max_new_tokens"])
-            check_bool("use_cache", generate_args["use_cache"])
-            if caches is not None and not generate_args["use_cache"]:
-                raise ValueError("caches must be None with use_cache=False; got "
-                                 f"{len(caches) if isinstance(caches, (list, tuple)) else caches}")
+        if generate_args:
+            self._check_generate(caches, **generate_args)
         if not isinstance(ids, torch.Tensor):
             raise TypeError(f"ids must be a torch.Tensor of token ids; got {type(ids).__name__}")
         if ids.dtype == torch.bool or ids.is_floating_point() or ids.is_complex():
@@ -818,13 +791,13 @@ class TinyDecoder(nn.Module):
             raise ValueError(
                 f"ids must live on the model's device {self.E.device}; got {ids.device}"
             )
-        lo, hi = int(ids.min()), int(ids.max())
+        lo, hi = (bound.tolist() for bound in ids.aminmax())
         if lo < 0 or hi >= self.vocab_size:
             raise ValueError(
                 f"ids must lie in [0, vocab_size={self.vocab_size}); got values from {lo} to {hi}"
             )
         if caches is not None:
-            self._check_caches(caches, ids)
+            self._check_caches(caches)
         if positions is not None:
             check_positions(positions, ids.shape[-1], ids.device)
         if rope is not None:
@@ -834,6 +807,14 @@ class TinyDecoder(nn.Module):
             whole = caches is None  # a whole sequence, not a piece fed through caches
             generating = "max_new_tokens" in generate_args
             self._check_attention_mask(attention_mask, ids, n_cached, whole, generating)
+
+    @staticmethod
+    def _check_generate(caches: object, *, max_new_tokens: object, use_cache: object) -> None:
+        check_nonnegative_int("max_new_tokens", max_new_tokens)
+        check_bool("use_cache", use_cache)
+        if caches is not None and not use_cache:
+            raise ValueError("caches must be None with use_cache=False; got "
+                             f"{len(caches) if isinstance(caches, (list, tuple)) else caches}")
 
     @staticmethod
     def _check_attention_mask(
@@ -889,7 +870,8 @@ class TinyDecoder(nn.Module):
                 f"rope's cos and sin must end in (N, rope width) = {want}, one row per token "
                 f"of ids; got cos {tuple(rope.cos.shape)} and sin {tuple(rope.sin.shape)}")
 
-    def _check_caches(self, caches: object, ids: torch.Tensor) -> None:
+    def _check_caches(self, caches: object) -> None:
+        """One cache per layer, each of its attention's kind (or a cache of one's own)."""
         if not isinstance(caches, (list, tuple)) or len(caches) != self.n_layers:
             got = len(caches) if isinstance(caches, (list, tuple)) else type(caches).__name__
             raise ValueError(
@@ -897,8 +879,7 @@ class TinyDecoder(nn.Module):
                 f"(see new_caches()); got {got}"
             )
         for i, (cache, block) in enumerate(zip(caches, self.blocks, strict=True)):
-            block.attn.check_cache(cache, tuple(ids.shape[:-1]), ids.shape[-1],
-                                   name=f"caches[{i}]")
+            block.attn.check_cache(cache, name=f"caches[{i}]")
 
     def extra_repr(self) -> str:
         tied = self.W_out is None

@@ -58,7 +58,7 @@ def output_gate(Y: torch.Tensor, X: torch.Tensor, W_theta: torch.Tensor) -> torc
     _check_gate(Y, X, W_theta)
     G = torch.sigmoid(X @ W_theta)  # (..., N, H d_head) or (..., N, d_V)
     if Y.dim() > X.dim():  # every head: column block h gates head h
-        G = split_heads(G, Y.shape[-3], check=False)  # (..., H, N, d_head)
+        G = split_heads(G, Y.shape[-3])  # (..., H, N, d_head)
     return Y * G
 
 
@@ -117,7 +117,7 @@ class GatedAttention(GroupedQueryAttention):
     def combine(self, Y: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
         """The heads gated before ``W_O``: ``(concat_col(Y_h) * sigmoid(X W_theta)) W_O``."""
         gate = torch.sigmoid(X @ self.W_theta)  # (..., N_Q, H d_head): from the query rows
-        return (merge_heads(Y, check=False) * gate) @ self.W_O  # (..., N_Q, H d_head) @ W_O
+        return (merge_heads(Y) * gate) @ self.W_O  # (..., N_Q, H d_head) @ W_O
 
 
 register_attention("gated")(GatedAttention.for_block)

@@ -34,13 +34,12 @@ from attnlib._checks import (
     check_tensor,
 )
 from attnlib._params import init_weight
-from attnlib.core.functional import attention
-from attnlib.core.heads import merge_heads, repeat_kv, split_heads
+from attnlib.core.functional import ATTENTION_FUNCTIONS
+from attnlib.core.heads import merge_heads, split_heads
 from attnlib.core.rope import RopeScaling, RopeTables, check_rope_scaling
 from attnlib.layers.base import AttentionLayer
 from attnlib.layers.variants import register_attention
-from attnlib.serving.cache import KVCache, Rows, StaticKVCache
-from attnlib.serving.paged import PagedBlocks, paged_attention
+from attnlib.serving.cache import KVCache, StaticKVCache
 
 __all__ = [
     "GroupedQueryAttention",
@@ -60,7 +59,6 @@ def grouped_query_attention(
     causal: bool = False,
     scale: float | None = None,
     impl: str = "auto",
-    check: bool = True,
 ) -> torch.Tensor:
     """Softmax attention of ``H`` query heads over ``G`` shared key/value heads.
 
@@ -71,8 +69,8 @@ def grouped_query_attention(
         mask: bool, broadcastable to ``(..., H, N_Q, N_KV)``; True = may attend.
         causal: bottom-right aligned causal mask.
         scale: default ``1/sqrt(d_head)``.
-        impl: ``"auto"`` (fused SDPA) or ``"explicit"`` (``Z^-1 A V`` literally).
-        check: validate the arguments first (the default); attnlib's own calls pass False.
+        impl: ``"auto"`` (fused SDPA) or ``"explicit"`` (``Z^-1 A V`` literally), a key of
+            :data:`attnlib.core.functional.ATTENTION_FUNCTIONS`.
 
     Returns:
         ``(..., H, N_Q, d_v)``: head ``h`` attended with KV head ``h // (H // G)``; ``K``
@@ -88,47 +86,8 @@ def grouped_query_attention(
 
     Lesson: 06_gqa.
     """
-    if check:
-        _check_grouped(Q, K, V, mask, causal, scale, impl)
-    H, G = Q.shape[-3], K.shape[-3]
-    kw = {"scale": scale, "impl": impl, "check": False}
-    if G == H:  # multi-head attention: head h reads KV head h
-        return attention(Q, K, V, mask=mask, causal=causal, **kw)
-    if Q.shape[-2] == 1 and (G == 1 or H // G <= _ROWS):  # one new token: a faster layout
-        return _decode_as_rows(Q, K, V, mask=mask, **kw)
-    if impl == "auto" and _SDPA_GQA:  # the fused kernel reads the G heads where they are
-        return attention(Q, K, V, mask=mask, causal=causal, enable_gqa=True, **kw)
-    K, V = repeat_kv(K, H, check=False), repeat_kv(V, H, check=False)  # (..., H, N_KV, d)
-    return attention(Q, K, V, mask=mask, causal=causal, **kw)  # head h reads h // (H / G)
-
-
-# --- a decoding step's fast path, beside the mathematics --------------------------------------
-
-# PyTorch 2.5 added enable_gqa to scaled_dot_product_attention: G key/value heads for H
-# query heads, read without copying them to H heads.
-_SDPA_GQA = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)
-# A decoding step reads a group's queries as rows against its KV head, at most this many per
-# head: PyTorch's CPU kernel spreads so few rows across its threads by the keys.
-_ROWS = 16
-
-
-def _decode_as_rows(Q, K, V, *, mask, **kw) -> torch.Tensor:
-    """One new token: group ``g``'s ``s`` queries become ``s`` rows against ``K_g``.
-
-    The same numbers as the head-by-head form, in a layout PyTorch's kernels run faster:
-    ``c`` blocks of at most ``_ROWS`` rows (with one KV head, ``c`` views of it: nothing is
-    copied). A last query sees every key, so no causal mask is needed.
-    """
-    H, G = Q.shape[-3], K.shape[-3]
-    s = H // G
-    c = 1 if s <= _ROWS else next(c for c in range(2, s + 1) if s % c == 0 and s // c <= _ROWS)
-    Q_g = Q.unflatten(-3, (G * c, s // c)).flatten(-3, -2)  # (..., G c, s / c, d)
-    if mask is not None and mask.dim() >= 3 and mask.shape[-3] == H:
-        mask = mask.unflatten(-3, (G * c, s // c)).flatten(-3, -2)  # the same rows
-    if c > 1:  # G = 1 here
-        K, V = (T.expand(*T.shape[:-3], c, *T.shape[-2:]) for T in (K, V))
-    Y = attention(Q_g, K, V, mask=mask, **kw)
-    return Y.flatten(-3, -2).unsqueeze(-2)  # (..., H, 1, d_v)
+    _check_grouped(Q, K, V, mask, causal, scale, impl)
+    return ATTENTION_FUNCTIONS[impl](Q, K, V, mask=mask, causal=causal, scale=scale)
 
 
 class GroupedQueryAttention(AttentionLayer):
@@ -203,9 +162,9 @@ class GroupedQueryAttention(AttentionLayer):
                 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """``Q_h = X W_Q^h``, ``K_g = X_KV W_K^g``, ``V_g = X_KV W_V^g`` (``X_KV = X`` if None)."""
         source = X if X_KV is None else X_KV  # the tokens that answer
-        Q = split_heads(X @ self.W_Q, self.n_heads, check=False)  # (..., H, N_Q, d_head)
-        K = split_heads(source @ self.W_K, self.n_kv_heads, check=False)  # (..., G, N_KV, d_head)
-        V = split_heads(source @ self.W_V, self.n_kv_heads, check=False)  # (..., G, N_KV, d_head)
+        Q = split_heads(X @ self.W_Q, self.n_heads)  # (..., H, N_Q, d_head)
+        K = split_heads(source @ self.W_K, self.n_kv_heads)  # (..., G, N_KV, d_head)
+        V = split_heads(source @ self.W_V, self.n_kv_heads)  # (..., G, N_KV, d_head)
         return Q, (K, V)
 
     def rotate(self, Q: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor], rope: RopeTables
@@ -215,32 +174,21 @@ class GroupedQueryAttention(AttentionLayer):
         Q, K = self.rope(rope, Q, K)
         return Q, (K, V)
 
-    def attend(self, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, *,
-               mask: torch.Tensor | None = None, causal: bool = False,
-               impl: str = "auto") -> torch.Tensor:
-        """``Y_h = Z_h^-1 A_h V_g(h)``: :func:`grouped_query_attention`, or :attr:`attend_fn`;
-        a paged cache's blocks are read through their tables
-        (:func:`~attnlib.serving.paged.paged_attention`)."""
-        if isinstance(K, PagedBlocks):  # a paged cache: read through the block tables
-            return paged_attention(Q, K, V, mask=mask, causal=causal)
-        if self.attend_fn is not None:
-            return self.attend_fn(Q, K, V, mask=mask, causal=causal)
-        return grouped_query_attention(Q, K, V, mask=mask, causal=causal, impl=impl, check=False)
+    def heads(self, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``Q_h``, ``K_g`` and ``V_g`` as projected: query head ``h`` reads KV head
+        ``h // (H // G)`` (the attend step pairs them)."""
+        return Q, K, V
 
     def combine(self, Y: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
         """``concat_col(Y_1 .. Y_H) W_O``."""
-        return merge_heads(Y, check=False) @ self.W_O  # (..., N_Q, H d_head) @ (H d_head, d_out)
+        return merge_heads(Y) @ self.W_O  # (..., N_Q, H d_head) @ (H d_head, d_out)
 
     def new_cache(self, max_tokens: int | None = None) -> KVCache:
         """An empty cache for this layer: a :class:`KVCache`, or with ``max_tokens`` a
         :class:`~attnlib.serving.cache.StaticKVCache` that holds that many tokens without
         copying."""
         return KVCache() if max_tokens is None else StaticKVCache(max_tokens)
-
-    def cache_rows(self, batch: tuple[int, ...], n: int) -> tuple[Rows, Rows]:
-        """The keys and values that ``n`` new tokens add: ``(..., G, n, d_head)`` each."""
-        new = Rows((*batch, self.n_kv_heads, n, self.d_head), self.W_K.dtype, self.W_K.device)
-        return new, new
 
     @classmethod
     def for_block(

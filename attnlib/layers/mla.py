@@ -11,11 +11,9 @@ MLA factors the key and value projections through a latent of width ``d_L`` shar
 Here ``W_LK^h`` is column block ``h`` of ``W_LK`` (and likewise for the others). Only ``L``
 is cached: ``d_L`` numbers per token and layer instead of ``2 * H * d_head``. Without
 positions in the logits and without the latent RMSNorm (``latent_norm=False``) this is
-exactly multi-head attention whose ``W_K`` and ``W_V`` have rank at most ``d_L`` (and
-``W_Q`` at most ``d_LQ``): a constraint on the weights, not an approximation of
-attention. With ``latent_norm=True`` each token's latent row is divided by its own root
-mean square, which no fixed ``W_K`` does. Only a conversion of an existing layer below
-full rank (:func:`mla_from_mha`) approximates.
+multi-head attention whose ``W_K`` and ``W_V`` have rank at most ``d_L`` (and ``W_Q`` at
+most ``d_LQ``). With ``latent_norm=True`` each latent row is divided by its own root mean
+square, which no fixed ``W_K`` does.
 
 **Weight absorption.** Matrix products associate, so ``K_h`` and ``V_h`` never need to
 exist::
@@ -23,34 +21,23 @@ exist::
     Q_h K_h^T = (Q_h (W_LK^h)^T) L^T,          the query moved into latent coordinates,
     A_h V_h   = (A_h L) W_LV^h,                the average taken over latent rows.
 
-The paper writes the merged matrices ``W_LQK^h = W_LQQ^h (W_LK^h)^T`` and
-``W_LO = blockdiag(W_LV^1, ..., W_LV^H) W_O`` (:func:`mla_merged_weights`); attnlib's
-absorbed path instead multiplies the factors in the absorbed order at run time, as
-DeepSeek's inference code does (:func:`mla_absorbed`). At DeepSeek-V2's sizes
-(``d_in = 5120``, ``H = 128``, ``d_head = d_v = 128``, ``d_L = 512``, ``d_LQ = 1536``)
-the merged matrices hold ``W_LQK``: 128 x 1536 x 512 = 100,663,296 and ``W_LO``:
-65,536 x 5,120 = 335,544,320 numbers per layer, 436,207,616 in all, against
-125,829,120 for the four factors they replace (``W_LQQ`` 25,165,824, ``W_LK`` and
-``W_LV`` 8,388,608 each, ``W_O`` 83,886,080; ``W_LV`` and ``W_O`` alone 92,274,688).
-Keeping them would add about 0.87 GB per layer in 16-bit (52 GB over 60 layers), and
-each query token would need 436M multiply-adds through them instead of 126M through the
-factors. Run-time absorption costs no memory, cannot go stale when a weight changes,
-and is the cheaper order here; merging pays only when ``d_LQ`` and ``d_out`` are small
-next to ``H d_head``.
+Read this way, absorbed MLA is multi-query attention whose one key and value head is the
+latent ``L``. The merged matrices ``W_LQK^h = W_LQQ^h (W_LK^h)^T`` and
+``W_LO = blockdiag(W_LV^1, ..., W_LV^H) W_O`` (:func:`mla_merged_weights`) show the algebra;
+the absorbed path multiplies the factors in the absorbed order at run time instead, as
+DeepSeek's inference code does (lesson 07 counts both at DeepSeek-V2's sizes).
 
-Read this way, absorbed MLA is multi-query attention whose single key and value head is
-the latent ``L`` itself.
-
-**Decoupled RoPE.** A rotation ``R_j`` between ``W_LQQ^h`` and ``(W_LK^h)^T`` would block
-the absorption (``L_Q W_LQQ^h R_i^T R_j (W_LK^h)^T L^T`` depends on the positions), so
-the latent stays unrotated and a small extra part of width ``d_R`` carries the position:
+**Decoupled RoPE.** A rotation between ``W_LQQ^h`` and ``(W_LK^h)^T`` would block the
+absorption, so the latent stays unrotated and a part of width ``d_R`` carries the position:
 a per-head rotated query ``q_R,h = RoPE(L_Q W_QR^h)`` and ONE rotated key
-``k_R = RoPE(X W_KR)`` shared by all heads (it is cached beside ``L``)::
+``k_R = RoPE(X W_KR)`` shared by all heads (cached beside ``L``)::
 
     logits_h = (Q_h K_h^T + q_R,h k_R^T) / sqrt(d_head + d_R).
 
 With ``latent_norm=True`` both latents pass through an RMSNorm (``eps = 1e-6``, learnable
 gains ``g_L`` and ``g_LQ``) as in DeepSeek-V2; the rotary key part is not normalised.
+
+Lesson: 07_mla (decoupled RoPE: 08_rope).
 """
 
 from __future__ import annotations
@@ -76,14 +63,14 @@ from attnlib._checks import (
     check_tensor,
 )
 from attnlib._params import init_weight
-from attnlib.core.functional import attention
+from attnlib.core.functional import ATTENTION_FUNCTIONS
 from attnlib.core.heads import kv_head_index, merge_heads, split_heads
 from attnlib.core.rope import RopeScaling, RopeTables, YarnScaling, check_rope_scaling
 from attnlib.layers.base import AttentionLayer
-from attnlib.layers.gqa import GroupedQueryAttention, grouped_query_attention
+from attnlib.layers.gqa import GroupedQueryAttention
 from attnlib.layers.norms import rms_norm
 from attnlib.layers.variants import register_attention
-from attnlib.serving.cache import LatentCache, Rows, StaticLatentCache
+from attnlib.serving.cache import LatentCache, StaticLatentCache
 
 __all__ = [
     "MultiHeadLatentAttention",
@@ -109,7 +96,6 @@ def mla_naive(
     causal: bool = False,
     scale: float | None = None,
     impl: str = "auto",
-    check: bool = True,
 ) -> torch.Tensor:
     """MLA read off the latents: ``Y = concat_col(Z_h^-1 A_h V_h) W_O`` with ``K_h = L W_LK^h``.
 
@@ -134,7 +120,6 @@ def mla_naive(
         scale: multiplies the logits; default ``1/sqrt(d_head + d_R)``.
         impl: ``"auto"`` (fused SDPA) or ``"explicit"``, see
             :func:`attnlib.core.functional.attention`.
-        check: validate the arguments first (the default); attnlib's own calls pass False.
 
     Returns:
         ``(..., N_Q, d_out)``.
@@ -144,29 +129,32 @@ def mla_naive(
 
     Lesson: 07_mla (decoupled RoPE: 08_rope).
     """
-    if check:
-        _check_latents(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R, k_R, mask, causal, scale,
-                       impl)
-    Q = split_heads(L_Q @ W_LQQ, n_heads, check=False)  # (..., H, N_Q, d_head)  Q_h = L_Q W_LQQ^h
-    Y = _naive_heads(Q, L, W_LK, W_LV, q_R=q_R, k_R=k_R, mask=mask, causal=causal,
-                     scale=scale, impl=impl)  # (..., H, N_Q, d_v)
-    return merge_heads(Y, check=False) @ W_O  # (..., N_Q, H d_v) @ (H d_v, d_out)
+    _check_latents(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R, k_R, mask, causal, scale, impl)
+    Q = split_heads(L_Q @ W_LQQ, n_heads)  # (..., H, N_Q, d_head)  Q_h = L_Q W_LQQ^h
+    Q, K, V = naive_heads(Q, q_R, L, k_R, W_LK, W_LV)
+    scale = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else scale  # 1/sqrt(d_head + d_R)
+    Y = ATTENTION_FUNCTIONS[impl](Q, K, V, mask=mask, causal=causal, scale=scale)
+    return merge_heads(Y) @ W_O  # (..., N_Q, H d_v) @ (H d_v, d_out)
 
 
-def _naive_heads(Q, L, W_LK, W_LV, *, q_R, k_R, mask, causal, scale, impl, attend=None):
-    """Every head's ``Z_h^-1 A_h V_h`` with ``K_h = L W_LK^h`` and ``V_h = L W_LV^h`` formed;
-    ``attend`` (a function of ``Q, K, V, mask, causal``) replaces :func:`attention`."""
-    H, d_rope = Q.shape[-3], 0 if q_R is None else q_R.shape[-1]
-    scale = 1.0 / math.sqrt(Q.shape[-1] + d_rope) if scale is None else scale
-    K = split_heads(L @ W_LK, H, check=False)  # (..., H, N_KV, d_head)     K_h = L W_LK^h
-    V = split_heads(L @ W_LV, H, check=False)  # (..., H, N_KV, d_v)        V_h = L W_LV^h
-    if d_rope:  # [Q_h | q_R,h] . [K_h | k_R]: one rotated key for every head
+def naive_heads(Q: torch.Tensor, q_R: torch.Tensor | None, L: torch.Tensor,
+                k_R: torch.Tensor | None, W_LK: torch.Tensor, W_LV: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Every head's query, key and value: ``[Q_h | q_R,h]``, ``[L W_LK^h | k_R]``, ``L W_LV^h``.
+
+    The step :func:`mla_naive` and :meth:`MultiHeadLatentAttention.heads` share (their
+    arguments checked): ``H = Q.shape[-3]`` heads, ``(..., H, N, d_head + d_R)`` queries and
+    keys and ``(..., H, N_KV, d_v)`` values, as multi-head attention takes them.
+
+    Lesson: 07_mla.
+    """
+    H = Q.shape[-3]
+    K = split_heads(L @ W_LK, H)  # (..., H, N_KV, d_head)     K_h = L W_LK^h
+    V = split_heads(L @ W_LV, H)  # (..., H, N_KV, d_v)        V_h = L W_LV^h
+    if q_R is not None:  # [Q_h | q_R,h] . [K_h | k_R]: one rotated key for every head
         Q = torch.cat((Q, q_R), dim=-1)  # (..., H, N_Q, d_head + d_R)
-        K = torch.cat((K, k_R.unsqueeze(-3).expand(*K.shape[:-1], d_rope)), dim=-1)
-    if attend is not None:
-        default = scale == 1.0 / math.sqrt(Q.shape[-1])
-        return attend(Q, K, V, mask=mask, causal=causal, **({} if default else {"scale": scale}))
-    return attention(Q, K, V, mask=mask, causal=causal, scale=scale, impl=impl, check=False)
+        K = torch.cat((K, k_R.unsqueeze(-3).expand(*K.shape[:-1], k_R.shape[-1])), dim=-1)
+    return Q, K, V
 
 
 def mla_absorbed(
@@ -184,7 +172,6 @@ def mla_absorbed(
     causal: bool = False,
     scale: float | None = None,
     impl: str = "auto",
-    check: bool = True,
 ) -> torch.Tensor:
     """Absorbed MLA: ``Y_h = Z_h^-1 A_h L W_LV^h`` with ``A_h = exp(scale Q_h (W_LK^h)^T L^T)``.
 
@@ -194,11 +181,10 @@ def mla_absorbed(
     ``W_LV^h`` and ``W_O`` then map the averaged latent to the output. All heads share
     one key/value "head", ``L`` (plus ``k_R`` in the logits), so this is multi-query
     attention over the latent. No per-head key or value exists at any point, and no
-    merged weight is formed: see the module docstring for why the factors are applied at
-    run time rather than merged.
+    merged weight is formed.
 
     Args:
-        L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R, k_R, mask, causal, scale, impl, check:
+        L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R, k_R, mask, causal, scale, impl:
             as in :func:`mla_naive`.
 
     Returns:
@@ -215,32 +201,47 @@ def mla_absorbed(
 
     Lesson: 07_mla (decoupled RoPE: 08_rope).
     """
-    if check:
-        _check_latents(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R, k_R, mask, causal, scale,
-                       impl)
-    Q = split_heads(L_Q @ W_LQQ, n_heads, check=False)  # (..., H, N_Q, d_head)  Q_h = L_Q W_LQQ^h
-    Y = _absorbed_heads(Q, L, W_LK, W_LV, q_R=q_R, k_R=k_R, mask=mask, causal=causal,
-                        scale=scale, impl=impl)  # (..., H, N_Q, d_v)
-    return merge_heads(Y, check=False) @ W_O  # (..., N_Q, H d_v) @ (H d_v, d_out)
-
-
-def _absorbed_heads(Q, L, W_LK, W_LV, *, q_R, k_R, mask, causal, scale, impl):
-    """Every head's ``(Z_h^-1 A_h L) W_LV^h``, the query moved into latent coordinates."""
-    H, d_head, d_v = Q.shape[-3], Q.shape[-1], W_LV.shape[1] // Q.shape[-3]
+    _check_latents(L_Q, L, W_LQQ, W_LK, W_LV, W_O, n_heads, q_R, k_R, mask, causal, scale, impl)
+    Q = split_heads(L_Q @ W_LQQ, n_heads)  # (..., H, N_Q, d_head)  Q_h = L_Q W_LQQ^h
     d_rope = 0 if q_R is None else q_R.shape[-1]
-    scale = 1.0 / math.sqrt(d_head + d_rope) if scale is None else scale
+    scale = 1.0 / math.sqrt(Q.shape[-1] + d_rope) if scale is None else scale
+    Q_L, K_L, L = absorbed_heads(Q, q_R, L, k_R, W_LK)
+    Y_L = ATTENTION_FUNCTIONS[impl](Q_L, K_L, L, mask=mask, causal=causal, scale=scale)
+    return merge_heads(absorbed_values(Y_L, W_LV)) @ W_O  # (..., N_Q, H d_v) @ (H d_v, d_out)
+
+
+def absorbed_heads(Q: torch.Tensor, q_R: torch.Tensor | None, L: torch.Tensor,
+                   k_R: torch.Tensor | None, W_LK: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The queries moved into latent coordinates, against ONE key and value head, the latent.
+
+    ``[Q_h (W_LK^h)^T | q_R,h]`` ``(..., H, N_Q, d_L + d_R)``, ``[L | k_R]``
+    ``(..., 1, N_KV, d_L + d_R)`` and ``L`` ``(..., 1, N_KV, d_L)``: multi-query attention,
+    whose output ``Z_h^-1 A_h L`` :func:`absorbed_values` maps to the heads' values. The step
+    :func:`mla_absorbed` and :meth:`MultiHeadLatentAttention.heads` share (their arguments
+    checked).
+
+    Lesson: 07_mla.
+    """
+    H, d_head = Q.shape[-3], Q.shape[-1]
     W_LK_T = W_LK.unflatten(1, (H, d_head)).permute(1, 2, 0)  # (H, d_head, d_L): (W_LK^h)^T
-    W_LV_h = W_LV.unflatten(1, (H, d_v)).transpose(0, 1)  # (H, d_L, d_v): W_LV^h
     Q_L = Q @ W_LK_T  # (..., H, N_Q, d_L)  Q_h (W_LK^h)^T
-    K_L = L if not d_rope else torch.cat((L, k_R), dim=-1)  # (..., N_KV, d_L + d_R)
-    if d_rope:
+    K_L = L
+    if q_R is not None:
         Q_L = torch.cat((Q_L, q_R), dim=-1)  # (..., H, N_Q, d_L + d_R)
-    # Multi-query attention: ONE key/value head, the latent, read by all H query heads
-    Y_L = grouped_query_attention(
-        Q_L, K_L.unsqueeze(-3), L.unsqueeze(-3), mask=mask, causal=causal, scale=scale, impl=impl,
-        check=False,
-    )  # (..., H, N_Q, d_L): Z_h^-1 A_h L
-    return Y_L @ W_LV_h  # (..., H, N_Q, d_v)  (Z_h^-1 A_h L) W_LV^h
+        K_L = torch.cat((L, k_R), dim=-1)  # (..., N_KV, d_L + d_R)
+    return Q_L, K_L.unsqueeze(-3), L.unsqueeze(-3)  # one KV head: the latent
+
+
+def absorbed_values(Y_L: torch.Tensor, W_LV: torch.Tensor) -> torch.Tensor:
+    """``(Z_h^-1 A_h L) W_LV^h``: the heads' averaged latents ``(..., H, N_Q, d_L)`` mapped
+    to their values ``(..., H, N_Q, d_v)``.
+
+    Lesson: 07_mla.
+    """
+    H = Y_L.shape[-3]
+    W_LV_h = W_LV.unflatten(1, (H, -1)).transpose(0, 1)  # (H, d_L, d_v): W_LV^h
+    return Y_L @ W_LV_h  # (..., H, N_Q, d_v)
 
 
 def mla_merged_weights(
@@ -249,8 +250,6 @@ def mla_merged_weights(
     W_LV: torch.Tensor,
     W_O: torch.Tensor,
     n_heads: int,
-    *,
-    check: bool = True,
 ) -> dict[str, torch.Tensor]:
     """Merged weights ``W_LQK^h = W_LQQ^h (W_LK^h)^T`` and ``W_LO = blockdiag(W_LV^h) W_O``.
 
@@ -259,7 +258,7 @@ def mla_merged_weights(
     (``d_L`` rows) of ``W_LO`` is ``W_LV^h W_O^h``, where ``W_O^h`` is row block ``h``
     (``d_v`` rows) of ``W_O``; that is how it is computed here, without building the
     ``(H d_L, H d_v)`` block-diagonal matrix. attnlib's absorbed path does not use these
-    matrices (the module docstring says why); they are here to show the algebra.
+    matrices; they are here to show the algebra.
 
     Args:
         W_LQQ: ``(d_LQ, H * d_head)``.
@@ -267,7 +266,6 @@ def mla_merged_weights(
         W_LV: ``(d_L, H * d_v)``.
         W_O: ``(H * d_v, d_out)``.
         n_heads: ``H``.
-        check: validate the arguments first (the default).
 
     Returns:
         ``{"W_LQK": (H, d_LQ, d_L), "W_LO": (H * d_L, d_out)}``.
@@ -276,8 +274,7 @@ def mla_merged_weights(
 
     Lesson: 07_mla.
     """
-    if check:
-        _check_factors(W_LQQ, W_LK, W_LV, W_O, n_heads)
+    _check_factors(W_LQQ, W_LK, W_LV, W_O, n_heads)
     H, d_q, d_latent, d_out = n_heads, W_LQQ.shape[0], W_LK.shape[0], W_O.shape[1]
     d_head, d_v = W_LK.shape[1] // H, W_LV.shape[1] // H
     W_LQQ_h = W_LQQ.reshape(d_q, H, d_head)  # [:, h] is column block W_LQQ^h
@@ -312,8 +309,7 @@ class MultiHeadLatentAttention(AttentionLayer):
 
     DeepSeek-V2 names (transposed: it multiplies from the left): ``W_L = W^DKV``,
     ``W_LK = W^UK``, ``W_LV = W^UV``, ``W_LQ = W^DQ``, ``W_LQQ = W^UQ``, ``W_QR = W^QR``,
-    ``W_KR = W^KR``. DeepSeek-V2 uses ``H = 128``, ``d_head = 128``, ``d_L = 512``,
-    ``d_LQ = 1536``, ``d_R = 64``.
+    ``W_KR = W^KR`` (``book/notation.md`` maps them, and Hugging Face's).
 
     Args:
         d_in: input width.
@@ -345,9 +341,11 @@ class MultiHeadLatentAttention(AttentionLayer):
 
     Its ``forward`` is :meth:`AttentionLayer.forward
     <attnlib.layers.base.AttentionLayer.forward>` (self-attention only, ``X_KV=None``),
-    with one option of its attend step: ``absorbed=True`` runs :func:`mla_absorbed`'s order
+    with one option of its heads step: ``absorbed=True`` runs :func:`mla_absorbed`'s order
     (per-head ``K_h`` and ``V_h`` are never formed) instead of :func:`mla_naive`'s; the two
-    agree up to rounding. ``impl`` is ``"auto"`` or ``"explicit"``, as for
+    agree up to rounding. Either way the attend step is the layer's (or the reader's
+    function, :meth:`~attnlib.layers.base.AttentionLayer.use`), called with ``scale=``
+    :attr:`scale`. ``impl`` is ``"auto"`` or ``"explicit"``, as for
     :func:`attnlib.core.functional.attention`.
 
     Lesson: 07_mla (decoupled RoPE: 08_rope).
@@ -415,8 +413,7 @@ class MultiHeadLatentAttention(AttentionLayer):
         without a query latent); see :func:`mla_merged_weights`. ``forward(absorbed=True)``
         does not use them: it applies the factors in the absorbed order instead.
         """
-        return mla_merged_weights(self.W_LQQ, self.W_LK, self.W_LV, self.W_O, self.n_heads,
-                                  check=False)
+        return mla_merged_weights(self.W_LQQ, self.W_LK, self.W_LV, self.W_O, self.n_heads)
 
     # --- the steps of AttentionLayer.forward ---------------------------------------------
 
@@ -427,12 +424,12 @@ class MultiHeadLatentAttention(AttentionLayer):
         L = X @ self.W_L  # (..., N, d_L)  the latent: with k_R, all that is cached
         L_Q = X if self.W_LQ is None else X @ self.W_LQ  # (..., N, d_Q)
         if self.latent_norm:
-            L = rms_norm(L, self.g_L, 1e-6, check=False)
-            L_Q = L_Q if self.g_LQ is None else rms_norm(L_Q, self.g_LQ, 1e-6, check=False)
-        Q = split_heads(L_Q @ self.W_LQQ, self.n_heads, check=False)  # (..., H, N, d_head)
+            L = rms_norm(L, self.g_L, 1e-6)
+            L_Q = L_Q if self.g_LQ is None else rms_norm(L_Q, self.g_LQ, 1e-6)
+        Q = split_heads(L_Q @ self.W_LQQ, self.n_heads)  # (..., H, N, d_head)
         if not self.d_rope:
             return (Q, None), (L, None)
-        q_R = split_heads(L_Q @ self.W_QR, self.n_heads, check=False)  # (..., H, N, d_R)
+        q_R = split_heads(L_Q @ self.W_QR, self.n_heads)  # (..., H, N, d_R)
         k_R = X @ self.W_KR  # (..., N, d_R): one rotary key for every head
         return (Q, q_R), (L, k_R)
 
@@ -443,25 +440,27 @@ class MultiHeadLatentAttention(AttentionLayer):
         q_R, k_R = self.rope(rope, q_R, k_R.unsqueeze(-3))  # (..., H, N, d_R), (..., 1, N, d_R)
         return (Q, q_R), (L, k_R.squeeze(-3))
 
-    def attend(self, Q: tuple, L: torch.Tensor, k_R: torch.Tensor | None = None, *,
-               mask: torch.Tensor | None = None, causal: bool = False, absorbed: bool = False,
-               impl: str = "auto") -> torch.Tensor:
-        """Every head's ``Z_h^-1 A_h V_h``, ``(..., H, N_Q, d_v)``, over the held latents.
+    def heads(self, Q: tuple, L: torch.Tensor, k_R: torch.Tensor | None = None, *,
+              absorbed: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """What the heads attend with, over the held latents.
 
-        ``absorbed=False`` forms ``K_h = L W_LK^h`` and ``V_h = L W_LV^h`` and attends per
-        head (with :attr:`attend_fn` when set); ``absorbed=True`` moves each query into
-        latent coordinates and never forms them (:func:`mla_absorbed`).
+        ``absorbed=False``: ``K_h = L W_LK^h`` and ``V_h = L W_LV^h``, one key and value head
+        per query head (:func:`naive_heads`). ``absorbed=True``: each query moved into
+        latent coordinates, against one key and value head, the latent itself
+        (:func:`absorbed_heads`); no per-head key or value is formed.
         """
         Q, q_R = Q
-        kw = {"q_R": q_R, "k_R": k_R, "mask": mask, "causal": causal, "scale": self.scale,
-              "impl": impl}
         if absorbed:
-            return _absorbed_heads(Q, L, self.W_LK, self.W_LV, **kw)
-        return _naive_heads(Q, L, self.W_LK, self.W_LV, attend=self.attend_fn, **kw)
+            return absorbed_heads(Q, q_R, L, k_R, self.W_LK)
+        return naive_heads(Q, q_R, L, k_R, self.W_LK, self.W_LV)
 
-    def combine(self, Y: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
-        """``concat_col(Y_1 .. Y_H) W_O``."""
-        return merge_heads(Y, check=False) @ self.W_O  # (..., N_Q, H d_v) @ (H d_v, d_out)
+    def combine(self, Y: torch.Tensor, X: torch.Tensor, *, absorbed: bool = False
+                ) -> torch.Tensor:
+        """``concat_col(Y_1 .. Y_H) W_O``; on the absorbed path each head's averaged latent is
+        first mapped to its values, ``Y_h W_LV^h`` (:func:`absorbed_values`)."""
+        if absorbed:
+            Y = absorbed_values(Y, self.W_LV)  # (..., H, N_Q, d_v)
+        return merge_heads(Y) @ self.W_O  # (..., N_Q, H d_v) @ (H d_v, d_out)
 
     def new_cache(self, max_tokens: int | None = None) -> LatentCache:
         """An empty cache for this layer: a :class:`~attnlib.serving.cache.LatentCache`, or with
@@ -469,16 +468,9 @@ class MultiHeadLatentAttention(AttentionLayer):
         grows)."""
         return LatentCache() if max_tokens is None else StaticLatentCache(max_tokens)
 
-    def cache_rows(self, batch: tuple[int, ...], n: int) -> tuple[Rows, Rows | None]:
-        """The latents ``(..., n, d_L)`` and rotary keys ``(..., n, d_R)`` of ``n`` new tokens."""
-        like = self.W_L
-        L = Rows((*batch, n, self.d_latent), like.dtype, like.device)
-        k_R = Rows((*batch, n, self.d_rope), like.dtype, like.device) if self.d_rope else None
-        return L, k_R
-
     def check(self, X: object, X_KV: object = None, *, absorbed: object = False,
               **kw: object) -> None:
-        """The arguments of :meth:`forward` (self-attention only); a block checks its own."""
+        """The arguments of :meth:`forward` (self-attention only)."""
         if X_KV is not None:
             raise ValueError("X_KV must be None: MultiHeadLatentAttention is self-attention "
                              f"only; got a tensor of shape {tuple(getattr(X_KV, 'shape', ()))}")
@@ -535,7 +527,6 @@ def mla_from_mha(
     *,
     svd: Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
     | None = None,
-    check: bool = True,
 ) -> MultiHeadLatentAttention:
     """Convert MHA/GQA to MLA by a truncated SVD: ``[W_K | W_V] ~ U_r S_r V_r^T``, ``r = d_latent``.
 
@@ -571,7 +562,6 @@ def mla_from_mha(
         svd: how to compute the rank-``r`` factors, ``svd(W_KV, r) -> (U_r, S_r, Vh_r)``;
             default the exact truncated SVD (``torch.linalg.svd``). Chapter 10 passes a
             randomised one (:func:`attnlib.analysis.randomised.randomised_mla_from_mha`).
-        check: validate the arguments first (the default).
 
     Returns:
         A :class:`MultiHeadLatentAttention` on the same device and dtype (the SVD itself
@@ -586,8 +576,7 @@ def mla_from_mha(
 
     Lesson: 07_mla (why RoPE blocks it: 08_rope).
     """
-    if check:
-        _check_conversion(attn, d_latent, svd)
+    _check_conversion(attn, d_latent, svd)
     H, G, d_head, d_in = attn.n_heads, attn.n_kv_heads, attn.d_head, attn.d_in
     W_ref = attn.W_K
     work = torch.float32 if W_ref.device.type == "mps" else torch.float64
@@ -597,7 +586,7 @@ def mla_from_mha(
         root = S.sqrt()
         W_L = U * root  # (d_in, r) = U_r S_r^{1/2}
         W_LKV = root[:, None] * Vh  # (r, 2 G d_head) = S_r^{1/2} V_r^T
-        group = kv_head_index(H, G, device=W_ref.device, check=False)  # head h reads h // s
+        group = kv_head_index(H, G, device=W_ref.device)  # head h reads h // s
         W_LK, W_LV = (
             W.reshape(d_latent, G, d_head)[:, group].reshape(d_latent, H * d_head)
             for W in W_LKV.split(G * d_head, dim=1)

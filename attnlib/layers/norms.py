@@ -23,6 +23,7 @@ from attnlib._checks import (
     check_positive_float,
     check_positive_int,
     check_tensor,
+    in_checked_call,
 )
 from attnlib.device import work_dtype
 
@@ -34,8 +35,6 @@ def layer_norm(
     gamma: torch.Tensor | None = None,
     beta: torch.Tensor | None = None,
     eps: float = 1e-5,
-    *,
-    check: bool = True,
 ) -> torch.Tensor:
     """``y = (x - mu) / sqrt(sigma^2 + eps) * gamma + beta``, over the last dimension.
 
@@ -48,8 +47,6 @@ def layer_norm(
         gamma: ``(d,)`` gains; ``None`` means ones.
         beta: ``(d,)`` shifts; ``None`` means zeros.
         eps: added to the variance (> 0).
-        check: validate the arguments first (the default); attnlib's own calls on tensors
-            it made pass False.
 
     Returns:
         ``(..., d)``, dtype of ``x``.
@@ -62,8 +59,12 @@ def layer_norm(
 
     Lesson: 04_masks_and_layers.
     """
-    if check:
-        _check_norm_inputs(x, eps, gamma=gamma, beta=beta)
+    _check_norm_inputs(x, eps, gamma=gamma, beta=beta)
+    return _layer_norm(x, gamma, beta, eps)
+
+
+def _layer_norm(x: torch.Tensor, gamma: torch.Tensor | None, beta: torch.Tensor | None,
+                eps: float) -> torch.Tensor:
     work = work_dtype(x.dtype)  # half precision: work in float32
     xw = x.to(work)
     mu = xw.mean(dim=-1, keepdim=True)  # (..., 1)
@@ -76,9 +77,7 @@ def layer_norm(
     return y.to(x.dtype)
 
 
-def rms_norm(
-    x: torch.Tensor, g: torch.Tensor | None = None, eps: float = 1e-6, *, check: bool = True
-) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, g: torch.Tensor | None = None, eps: float = 1e-6) -> torch.Tensor:
     """``y = x / sqrt(mean(x^2) + eps) * g``, over the last dimension.
 
     Zhang and Sennrich's RMSNorm: divide each row by its root mean square. Unlike
@@ -90,8 +89,6 @@ def rms_norm(
         x: ``(..., d)``.
         g: ``(d,)`` gains; ``None`` means ones.
         eps: added to the mean square (> 0).
-        check: validate the arguments first (the default); attnlib's own calls on tensors
-            it made pass False.
 
     Returns:
         ``(..., d)``, dtype of ``x``.
@@ -104,8 +101,11 @@ def rms_norm(
 
     Lesson: 04_masks_and_layers.
     """
-    if check:
-        _check_norm_inputs(x, eps, g=g)
+    _check_norm_inputs(x, eps, g=g)
+    return _rms_norm(x, g, eps)
+
+
+def _rms_norm(x: torch.Tensor, g: torch.Tensor | None, eps: float) -> torch.Tensor:
     work = work_dtype(x.dtype)  # half precision: work in float32
     xw = x if x.dtype == work else x.to(work)
     y = xw * torch.rsqrt(xw.square().mean(dim=-1, keepdim=True) + eps)  # (..., d)
@@ -140,12 +140,11 @@ class LayerNorm(nn.Module):
         self.gamma = nn.Parameter(torch.ones(d, device=device, dtype=dtype))
         self.beta = nn.Parameter(torch.zeros(d, device=device, dtype=dtype))
 
-    def forward(self, x: torch.Tensor, *, check: bool = True) -> torch.Tensor:
-        """See :func:`layer_norm`; ``x`` is ``(..., d)`` (``check=False``: known to fit, as in a
-        block)."""
-        if check:
-            _check_norm_inputs(x, self.eps, d=self.d)
-        return layer_norm(x, self.gamma, self.beta, self.eps, check=False)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """See :func:`layer_norm`; ``x`` is ``(..., d)``."""
+        if not in_checked_call():
+            check_last_dim("x", check_tensor("x", x), self.d, "d of this norm")
+        return _layer_norm(x, self.gamma, self.beta, self.eps)
 
     def extra_repr(self) -> str:
         return f"d={self.d}, eps={self.eps:g}"
@@ -182,27 +181,25 @@ class RMSNorm(nn.Module):
         self.eps = check_positive_float("eps", eps)
         self.g = nn.Parameter(torch.ones(d, device=device, dtype=dtype))
 
-    def forward(self, x: torch.Tensor, *, check: bool = True) -> torch.Tensor:
-        """See :func:`rms_norm`; ``x`` is ``(..., d)`` (``check=False``: known to fit, as in a
-        block)."""
-        if check:
-            _check_norm_inputs(x, self.eps, d=self.d)
-        if _FUSED_RMS_NORM and x.dtype == self.g.dtype and x.dtype in _FUSED_DTYPES:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """See :func:`rms_norm`; ``x`` is ``(..., d)``."""
+        if not in_checked_call():
+            check_last_dim("x", check_tensor("x", x), self.d, "d of this norm")
+        g = self.g
+        if _FUSED_RMS_NORM and x.dtype == g.dtype and x.dtype in _FUSED_DTYPES:
             # PyTorch's one-call form of the same formula: one dispatch instead of six, which
             # is most of a decoding step's norm time (tests/test_norms.py holds it to
             # rms_norm, bit for bit on the CPU).
-            return torch.nn.functional.rms_norm(x, (self.d,), self.g, self.eps)
-        return rms_norm(x, self.g, self.eps, check=False)
+            return torch.nn.functional.rms_norm(x, (self.d,), g, self.eps)
+        return _rms_norm(x, g, self.eps)
 
     def extra_repr(self) -> str:
         return f"d={self.d}, eps={self.eps:g}"
 
 
-def _check_norm_inputs(x: object, eps: object, d: int | None = None, **gains: object) -> None:
+def _check_norm_inputs(x: object, eps: object, **gains: object) -> None:
     """``x (..., d)``, ``eps > 0``, and each gain ``None`` or a ``(d,)`` tensor."""
     check_tensor("x", x)
-    if d is not None:
-        check_last_dim("x", x, d, "d of this norm")
     check_positive_float("eps", eps)
     for name, g in gains.items():
         check_gain(name, g, x.shape[-1])

@@ -13,7 +13,7 @@ cache: no later query reads a key more than ``w - 1`` positions behind it, so
 stops growing at ``2 G d_head w`` numbers per layer (:meth:`attnlib.analysis.memory.ModelSpec.
 windowed_cache_bytes` counts it for Gemma 3).
 
-:class:`SlidingWindowAttention` is grouped-query attention whose attend step adds the window
+:class:`SlidingWindowAttention` is grouped-query attention whose mask step adds the window
 to the mask (:func:`attnlib.core.masks.sliding_window_mask`) and whose cache is a
 :class:`WindowCache`; it is registered as ``attention="sliding"``, so
 ``TinyDecoder(..., attention="sliding", window=32)`` uses it in every block.
@@ -31,16 +31,16 @@ from attnlib.layers.gqa import GroupedQueryAttention
 from attnlib.layers.variants import register_attention
 from attnlib.serving.cache import WindowCache
 
-# WindowCache lives with the other caches; it is named here too, beside the layer that uses it.
-__all__ = ["SlidingWindowAttention", "WindowCache"]
+__all__ = ["SlidingWindowAttention"]
 
 
 class SlidingWindowAttention(GroupedQueryAttention):
     """Grouped-query attention over a causal window of ``window`` tokens.
 
-    Every step but :meth:`attend` is GQA's; :meth:`attend` adds
+    Every step but :meth:`mask` is GQA's; :meth:`mask` adds
     :func:`~attnlib.core.masks.sliding_window_mask` to the mask (bottom-right aligned, so with
-    a cache the new queries sit at the end of the keys the cache returns). The window is
+    a cache the new queries sit at the end of the keys the cache returns), for attnlib's
+    attend step and a reader's alike. The window is
     causal: query ``p`` reads keys ``p - window < j <= p`` whether or not ``causal`` is
     passed. :meth:`new_cache` makes a :class:`WindowCache`.
 
@@ -72,15 +72,14 @@ class SlidingWindowAttention(GroupedQueryAttention):
         super().__init__(d_in, n_heads, n_kv_heads, d_head, d_out, **kw)
         self.window = check_positive_int("window", window)
 
-    def attend(self, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, *,
-               mask: torch.Tensor | None = None, causal: bool = False,
-               impl: str = "auto") -> torch.Tensor:
-        """GQA's attend step over the keys ``p - window < j <= p`` of each query ``p``."""
+    def mask(self, mask: torch.Tensor | None, Q: torch.Tensor, K: torch.Tensor
+             ) -> torch.Tensor:
+        """The window, ``p - window < j <= p`` for each query ``p``, and the caller's mask."""
         allowed = sliding_window_mask(Q.shape[-2], K.shape[-2], window=self.window,
-                                      device=Q.device, check=False)  # (N_Q, N_KV)
+                                      device=Q.device)  # (N_Q, N_KV)
         if mask is not None:  # the mask covers every token seen; the cache holds the last
-            allowed = mask[..., -K.shape[-2] :] & allowed
-        return super().attend(Q, K, V, mask=allowed, causal=False, impl=impl)
+            allowed = mask[..., -K.shape[-2]:] & allowed
+        return allowed.unsqueeze(-3)  # (..., 1, N_Q, N_KV): one mask for every head
 
     def new_cache(self, max_tokens: int | None = None) -> WindowCache:
         """An empty :class:`WindowCache` of this layer's window (``max_tokens`` is not needed:

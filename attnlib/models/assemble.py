@@ -295,23 +295,23 @@ def _embed(E: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 
 
 def _rms_norm(x: torch.Tensor, g: torch.Tensor, eps: float) -> torch.Tensor:
-    return rms_norm(x, g, eps, check=False)
+    return rms_norm(x, g, eps)
 
 
 def _rope(X: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
-    return apply_rope(X, positions, base=base, check=False)
+    return apply_rope(X, positions, base=base)
 
 
 def _repeat_kv(K: torch.Tensor, n_heads: int) -> torch.Tensor:
-    return repeat_kv(K, n_heads, check=False)
+    return repeat_kv(K, n_heads)
 
 
 def _attend(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
-    return grouped_query_attention(Q, K, V, causal=True, impl="explicit", check=False)
+    return grouped_query_attention(Q, K, V, causal=True, impl="explicit")
 
 
 def _feed_forward(x, W_gate, W_up, W_down) -> torch.Tensor:
-    return swiglu(x, W_gate, W_up, W_down, check=False)
+    return swiglu(x, W_gate, W_up, W_down)
 
 
 class ReaderCache:
@@ -337,9 +337,9 @@ class ReaderCache:
 
 def _block(x: torch.Tensor, layer: Layer, pieces, cache, start: int) -> torch.Tensor:
     h = pieces.rms_norm(x, layer.attn_g, layer.attn_eps)  # pre-norm
-    Q = split_heads(h @ layer.W_Q, layer.H, check=False)  # (..., H, n, d_head)
-    K = split_heads(h @ layer.W_K, layer.G, check=False)  # (..., G, n, d_head)
-    V = split_heads(h @ layer.W_V, layer.G, check=False)
+    Q = split_heads(h @ layer.W_Q, layer.H)  # (..., H, n, d_head)
+    K = split_heads(h @ layer.W_K, layer.G)  # (..., G, n, d_head)
+    V = split_heads(h @ layer.W_V, layer.G)
     if layer.rope_base is not None:  # queries and keys turn; values do not
         positions = torch.arange(start, start + x.shape[-2], device=x.device)
         Q, K = pieces.rope(Q, positions, layer.rope_base), pieces.rope(K, positions,
@@ -348,7 +348,7 @@ def _block(x: torch.Tensor, layer: Layer, pieces, cache, start: int) -> torch.Te
         K, V = cache.append(K, V)  # every token so far; G heads, before repeat_kv
     if layer.G != layer.H:
         K, V = pieces.repeat_kv(K, layer.H), pieces.repeat_kv(V, layer.H)
-    x = x + merge_heads(pieces.attend(Q, K, V), check=False) @ layer.W_O
+    x = x + merge_heads(pieces.attend(Q, K, V)) @ layer.W_O
     h = pieces.rms_norm(x, layer.ffn_g, layer.ffn_eps)
     return x + pieces.feed_forward(h, layer.W_gate, layer.W_up, layer.W_down)
 
@@ -366,7 +366,7 @@ def _sample(logits: torch.Tensor, temperature: float,
             generator: torch.Generator | None) -> torch.Tensor:
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
-    return sample(logits, temperature=temperature, generator=generator, check=False)
+    return sample(logits, temperature=temperature, generator=generator)
 
 
 @dataclass(frozen=True)

@@ -87,14 +87,13 @@ def _weights(attn: GroupedQueryAttention, X: torch.Tensor) -> torch.Tensor:
     rope = attn.rope_tables(None, X.shape[-2], 0, X.dtype, X.device)  # the layer's own
     if rope is not None:
         Q, (K, _) = attn.rotate(Q, (K, None), rope)
-    K = repeat_kv(K, attn.n_heads, check=False)  # (B, H, N, d_head): head h reads its KV head
-    return attention_weights(Q, K, causal=True, check=False)  # (B, H, N, N)
+    K = repeat_kv(K, attn.n_heads)  # (B, H, N, d_head): head h reads its KV head
+    return attention_weights(Q, K, causal=True)  # (B, H, N, N)
 
 
 @torch.no_grad()
 def attention_maps(
     model: nn.Module, ids: torch.Tensor, *, dtype: torch.dtype | None = torch.float64,
-    check: bool = True,
 ) -> list[torch.Tensor]:
     """The attention weights of every layer: a list of ``n_layers`` tensors ``(B, H, N, N)``.
 
@@ -108,7 +107,6 @@ def attention_maps(
         model: a :class:`attnlib.TinyDecoder` with GQA-family attention (MHA, GQA, gated).
         ids: ``(B, N)`` token ids.
         dtype: run a copy of the model in this dtype; ``None`` runs the model as it is.
-        check: validate ``model`` and ``ids`` first (the default).
 
     Returns:
         ``[P_0, ..., P_{L-1}]``, each ``(B, H, N, N)``, rows summing to 1.
@@ -118,9 +116,8 @@ def attention_maps(
 
     Lesson: 01_attention_as_lookup, 03_multi_head_attention.
     """
-    if check:
-        _check_decoder(model)
-        _check_ids(model, ids)
+    _check_decoder(model)
+    _check_ids(model, ids)
     model = _as(model, dtype)
     inputs = _attention_inputs(model, ids)
     return [_weights(b.attn, X) for b, X in zip(model.blocks, inputs, strict=True)]
@@ -194,20 +191,16 @@ def induction_score(P: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     return (w * has[:, None]).sum(dim=(0, -1)) / has.sum()
 
 
-def ablate_heads(model: nn.Module, heads: Iterable[tuple[int, int]], *,
-                 check: bool = True) -> nn.Module:
+def ablate_heads(model: nn.Module, heads: Iterable[tuple[int, int]]) -> nn.Module:
     """A copy of ``model`` in which each ``(layer, head)`` in ``heads`` outputs zero.
 
     Head ``h`` reaches the residual stream only through rows ``h d_head .. (h+1) d_head - 1``
     of its layer's ``W_O``; zeroing those rows removes its contribution and nothing else.
 
-    ``check=False`` skips the validation of ``model`` and ``heads`` (attnlib's own calls).
-
     Lesson: 03_multi_head_attention.
     """
     heads = list(heads)
-    if check:
-        _check_ablation(model, heads)
+    _check_ablation(model, heads)
     out = copy.deepcopy(model)
     with torch.no_grad():
         for layer, head in heads:
@@ -250,8 +243,8 @@ def head_ablation(
     losses = torch.empty(L, H, dtype=torch.float64)
     for layer in range(L):
         for head in range(H):
-            ablated = ablate_heads(model, [(layer, head)], check=False)
-            losses[layer, head] = evaluate(ablated, ids, targets, dtype=None, check=False)["loss"]
+            ablated = ablate_heads(model, [(layer, head)])
+            losses[layer, head] = evaluate(ablated, ids, targets, dtype=None)["loss"]
     return losses
 
 
@@ -268,7 +261,7 @@ def first_token_share(
     """
     _check_decoder(model)
     _check_ids(model, ids)
-    maps = attention_maps(model, ids, dtype=dtype, check=False)
+    maps = attention_maps(model, ids, dtype=dtype)
     return torch.stack([P[..., 1:, 0].mean(dim=(0, -1)) for P in maps])
 
 
@@ -293,7 +286,7 @@ def gate_openness(
     out = []
     for block, X in zip(model.blocks, inputs, strict=True):
         gate = torch.sigmoid(X @ block.attn.W_theta)  # (B, N, H d_head)
-        out.append(split_heads(gate, block.attn.n_heads, check=False).mean(dim=(0, 2, 3)))
+        out.append(split_heads(gate, block.attn.n_heads).mean(dim=(0, 2, 3)))
     return torch.stack(out)
 
 

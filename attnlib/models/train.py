@@ -216,7 +216,6 @@ def evaluate(
     *,
     dtype: torch.dtype | None = torch.float64,
     batch_size: int = 64,
-    check: bool = True,
 ) -> dict[str, float]:
     """Held-out loss and accuracy: ``{"loss": nats per token, "accuracy": ..., "tokens": n}``.
 
@@ -233,14 +232,11 @@ def evaluate(
         targets: ``(B, N)``, ``-100`` where nothing is predicted.
         dtype: the dtype to evaluate in; ``None`` keeps the model's.
         batch_size: rows per forward pass.
-        check: validate the arguments first (the default); attnlib's own calls on tensors
-            it made pass False.
 
     Returns:
         A dict with ``"loss"``, ``"accuracy"`` and ``"tokens"`` (the positions counted).
     """
-    if check:
-        _check_evaluate(ids, targets, batch_size)
+    _check_evaluate(ids, targets, batch_size)
     nll, hit = _token_scores(model, ids, targets, dtype=dtype, batch_size=batch_size)
     count = int((targets != IGNORE).sum())
     return {"loss": nll.sum().item() / count, "accuracy": int(hit.sum()) / count,
@@ -608,7 +604,7 @@ def eval_loss(model: nn.Module) -> float:
     numbers computed this way.
     """
     ids, targets = _eval_set()
-    return evaluate(model, ids, targets, check=False)["loss"]
+    return evaluate(model, ids, targets)["loss"]
 
 
 @torch.no_grad()
@@ -647,7 +643,7 @@ CARD_DECIMALS = 5
 
 
 def _metrics(model: nn.Module, ids: torch.Tensor, targets: torch.Tensor) -> dict:
-    m = evaluate(model, ids, targets, check=False)
+    m = evaluate(model, ids, targets)
     return {"loss": round(m["loss"], CARD_DECIMALS),
             "accuracy": round(m["accuracy"], CARD_DECIMALS), "tokens": m["tokens"]}
 

@@ -15,11 +15,10 @@ earlier token. Those never change, so they are computed once and kept:
   tokens only (sliding-window attention, :mod:`attnlib.layers.sliding`).
 
 Every cache follows one public protocol, :class:`Cache`: ``append(*new)`` adds the new
-tokens' tensors and returns everything held, ``n_tokens`` is the position of the next token,
-``nbytes`` the bytes held, ``reset()`` forgets every token, and ``check_next(*rows)`` says,
-before a forward pass runs, whether new rows of that shape fit (an attention layer asks it
-in its check step, then appends with ``check=False``). A subclass names the tensors it
-holds in :attr:`Cache.fields` and adds the rules its tensors must keep.
+tokens' tensors and returns everything held (and raises, naming the tensor, the rule and the
+shape, when they do not fit what it holds), ``n_tokens`` is the position of the next token,
+``nbytes`` the bytes held, and ``reset()`` forgets every token. A subclass names the tensors
+it holds in :attr:`Cache.fields`.
 
 What the cache saves is arithmetic; :mod:`attnlib.analysis.costs` counts it
 (:func:`attnlib.analysis.costs.decode_step_macs`, :func:`attnlib.analysis.costs.generation_macs`).
@@ -33,28 +32,12 @@ the right kind.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 
 from attnlib._checks import check_positive_int, check_tensor
 
-__all__ = ["Cache", "KVCache", "LatentCache", "Rows", "StaticKVCache", "StaticLatentCache",
+__all__ = ["Cache", "KVCache", "LatentCache", "StaticKVCache", "StaticLatentCache",
            "WindowCache"]
-
-
-class Rows(NamedTuple):
-    """What a cache is about to receive: the shape, dtype and device of the new rows."""
-
-    shape: tuple[int, ...]
-    dtype: torch.dtype
-    device: torch.device
-
-    @classmethod
-    def of(cls, name: str, new: object) -> Rows:
-        """The rows of a tensor ``new (..., N_new, d)`` handed to ``append`` (checked)."""
-        check_tensor(name, new, min_dim=2)
-        return cls(tuple(new.shape), new.dtype, new.device)
 
 
 class Cache:
@@ -67,9 +50,8 @@ class Cache:
     again. The outputs are the same either way.
 
     Subclasses set :attr:`fields` (and :attr:`optional`, the fields that may be None on
-    every call, as MLA's ``k_R`` without decoupled RoPE) and override :meth:`check_next`
-    with the rules their tensors keep; a cache that keeps only some tokens (a sliding
-    window) overrides :meth:`append` as well.
+    every call, as MLA's ``k_R`` without decoupled RoPE); a cache that keeps only some
+    tokens (a sliding window) overrides :meth:`append`.
 
     Attributes:
         max_tokens: the most tokens the buffers hold, or None for a growing cache.
@@ -116,24 +98,23 @@ class Cache:
             return self.held(name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-    def append(self, *new: torch.Tensor | None, check: bool = True) -> tuple:
+    def append(self, *new: torch.Tensor | None) -> tuple:
         """Append the new tokens' tensors (one per field); return everything held.
 
         Args:
             *new: one tensor per field, ``(..., N_new, d)``, in the order of :attr:`fields`
                 (None for an optional field that is off).
-            check: validate them first (the default); an attention layer that checked
-                with :meth:`check_next` before running passes False.
 
         Returns:
             One tensor per field with every held row (None for an optional field that is off).
 
         Raises:
-            ValueError: the new rows do not fit what is held (shape, dtype, device, room).
+            ValueError: the new rows do not fit what is held: one leading shape and token
+                count for every field, the held shape in every dimension but the token axis,
+                the held dtype and device, an optional field on every call or on none, and
+                room in ``max_tokens``.
         """
-        if check:
-            self.check_next(*(None if t is None else Rows.of(name, t)
-                              for name, t in zip(self.fields, new, strict=True)))
+        self._check_new(new)
         n, n_new = self._n, new[0].shape[-2]
         self._n = n + n_new
         out = []
@@ -152,36 +133,49 @@ class Cache:
                 out.append(held[..., : n + n_new, :])
         return tuple(out)
 
-    def check_next(self, *new: Rows | None) -> None:
-        """Raise unless new rows of these shapes fit (one :class:`Rows` per field).
-
-        The rules every cache keeps: one leading shape and token count for every field, the
-        held shape in every dimension but the token axis, the held dtype and device, an
-        optional field on every call or on none, and room in ``max_tokens``.
-        """
+    def _check_new(self, new: tuple) -> None:
+        """Raise unless the new rows fit what is held (see :meth:`append`)."""
         first = new[0]
-        for name, rows in zip(self.fields, new, strict=True):
+        for name, T in zip(self.fields, new, strict=True):
             held = self._held[name]  # a buffer has the held rows' shape but for the token axis
-            if rows is not None and rows.shape[:-1] != first.shape[:-1]:
-                raise ValueError(
-                    f"{' and '.join(self.fields)} must have the same leading shape and token "
-                    f"count; got {self.fields[0]} {tuple(first.shape)} and {name} "
-                    f"{tuple(rows.shape)}"
-                )
-            if name in self.optional and self._n > 0 and (rows is None) != (held is None):
-                raise ValueError(
-                    f"{name} must be given on every call or on none (decoupled RoPE is on or "
-                    f"off); the cache holds {name}: {held is not None}, got {name}: "
-                    f"{rows is not None}"
-                )
-            if rows is not None and held is not None:
-                _check_fits(name, held, rows, self._n)
+            if not isinstance(T, torch.Tensor) or held is None or T.dtype != held.dtype or (
+                    T.shape[-2] != first.shape[-2] or T.shape[:-2] != held.shape[:-2]
+                    or T.shape[-1] != held.shape[-1]):
+                self._check_fields(new)  # a first append, an optional field off, or a misfit
+                break
         if self.max_tokens is not None and self._n + first.shape[-2] > self.max_tokens:
-            names = " and ".join(n for n, r in zip(self.fields, new, strict=True) if r is not None)
+            names = " and ".join(n for n, T in zip(self.fields, new, strict=True) if T is not None)
             raise ValueError(
                 f"{names} must fit in max_tokens={self.max_tokens}: the cache holds {self._n} "
                 f"tokens and got {first.shape[-2]} more"
             )
+
+    def _check_fields(self, new: tuple) -> None:
+        """Each field's rules: a tensor ``(..., N_new, d)`` (or None for an optional field,
+        on every call or on none), the leading shape and token count of the first field, and
+        the held shape, dtype and device."""
+        first = new[0]
+        for name, T in zip(self.fields, new, strict=True):
+            held = self._held[name]
+            if T is None:
+                if name not in self.optional:
+                    raise ValueError(f"{name} must be a tensor (..., N_new, d); got None")
+            elif not isinstance(T, torch.Tensor) or T.dim() < 2:
+                check_tensor(name, T, min_dim=2)  # raises
+            elif T.shape[:-1] != first.shape[:-1]:
+                raise ValueError(
+                    f"{' and '.join(self.fields)} must have the same leading shape and token "
+                    f"count; got {self.fields[0]} {tuple(first.shape)} and {name} "
+                    f"{tuple(T.shape)}"
+                )
+            if self._n and name in self.optional and (T is None) != (held is None):
+                raise ValueError(
+                    f"{name} must be given on every call or on none (decoupled RoPE is on or "
+                    f"off); the cache holds {name}: {held is not None}, got {name}: "
+                    f"{T is not None}"
+                )
+            if T is not None and held is not None:
+                _check_fits(name, held, T, self._n)
 
     def reset(self) -> None:
         """Forget every token (a preallocated cache keeps its buffers for the next sequence)."""
@@ -278,11 +272,11 @@ class LatentCache(Cache):
     def __init__(self, max_tokens: int | None = None) -> None:
         super().__init__(max_tokens)
 
-    def append(self, L: torch.Tensor, k_R: torch.Tensor | None = None, *,
-               check: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def append(self, L: torch.Tensor, k_R: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Append new latents ``(..., N_new, d_L)`` (and rotated keys ``(..., N_new, d_R)``,
         or None without decoupled RoPE); return ``(L_all, k_R_all)``."""
-        return super().append(L, k_R, check=check)
+        return super().append(L, k_R)
 
 
 class StaticLatentCache(LatentCache):
@@ -315,11 +309,10 @@ def _nbytes(T: torch.Tensor | None) -> int:
     return 0 if T is None else T.numel() * T.element_size()
 
 
-def _check_fits(name: str, held: torch.Tensor, new: Rows, n_held: int) -> None:
+def _check_fits(name: str, held: torch.Tensor, new: torch.Tensor, n_held: int) -> None:
     """``new`` must match ``held`` (``n_held`` rows of it in use) in every dimension but the
     token axis, in dtype and device."""
-    same_rest = held.shape[:-2] == new.shape[:-2] and held.shape[-1] == new.shape[-1]
-    if not same_rest:
+    if held.shape[:-2] != new.shape[:-2] or held.shape[-1] != new.shape[-1]:
         cached = (*held.shape[:-2], n_held, held.shape[-1])
         raise ValueError(
             f"{name} must match the cached shape in every dimension but the token axis -2: "
@@ -365,10 +358,9 @@ class WindowCache(KVCache):
         K = self._held["K"]
         return 0 if K is None else K.shape[-2]
 
-    def append(self, K: torch.Tensor, V: torch.Tensor, *,
-               check: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    def append(self, K: torch.Tensor, V: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Return the held keys and values followed by the new ones; keep the last ``window``."""
-        K_all, V_all = super().append(K, V, check=check)  # (..., G, n_held + N_new, d)
+        K_all, V_all = super().append(K, V)  # (..., G, n_held + N_new, d)
         self._held["K"] = K_all[..., -self.window :, :]  # the oldest rows drop out
         self._held["V"] = V_all[..., -self.window :, :]
         return K_all, V_all

@@ -37,8 +37,8 @@ from typing import NamedTuple
 import torch
 
 from attnlib._checks import check_choice, check_divisible, check_positive_int, check_tensor
-from attnlib.core.functional import attention
-from attnlib.serving.cache import Cache, Rows
+from attnlib.core.sdpa import sdpa_attention
+from attnlib.serving.cache import Cache
 
 __all__ = ["AXES", "BITS", "QuantKVCache", "Quantised", "attention_error", "dequantise",
            "quantise", "quantised_loss", "quantised_window_losses"]
@@ -74,7 +74,7 @@ def _check_spec(bits: object, axis: object, group_size: object) -> None:
 
 
 def quantise(x: torch.Tensor, bits: int = 8, *, axis: str = "token",
-             group_size: int | None = None, check: bool = True) -> Quantised:
+             group_size: int | None = None) -> Quantised:
     """Symmetric ``bits``-bit quantisation of ``x (..., N, d)`` with a scale per group.
 
     Args:
@@ -84,7 +84,6 @@ def quantise(x: torch.Tensor, bits: int = 8, *, axis: str = "token",
         axis: ``"token"`` (groups of channels within a token) or ``"channel"`` (groups of
             tokens within a channel).
         group_size: the numbers sharing a scale (None: ``d`` per token, ``N`` per channel).
-        check: validate the arguments first (the default).
 
     Example:
         >>> qx = quantise(torch.tensor([[1.0, -2.0, 0.5, 4.0]]), 4)
@@ -93,16 +92,14 @@ def quantise(x: torch.Tensor, bits: int = 8, *, axis: str = "token",
         >>> dequantise(qx)   # each within s / 2 = 0.2857 of x
         tensor([[ 1.1429, -1.7143,  0.5714,  4.0000]])
     """
-    if check:
-        check_tensor("x", x, min_dim=2)
-        _check_spec(bits, axis, group_size)
+    check_tensor("x", x, min_dim=2)
+    _check_spec(bits, axis, group_size)
     N, d = x.shape[-2:]
     g = (d if axis == "token" else N) if group_size is None else group_size
-    if check:
-        n = d if axis == "token" else N
-        if n % g:
-            where = "d (channels)" if axis == "token" else "N (tokens)"
-            raise ValueError(f"group_size must divide {where}={n} for axis={axis!r}; got {g}")
+    n = d if axis == "token" else N
+    if n % g:
+        where = "d (channels)" if axis == "token" else "N (tokens)"
+        raise ValueError(f"group_size must divide {where}={n} for axis={axis!r}; got {g}")
     q_max = 2 ** (bits - 1) - 1
     if axis == "token":
         groups = x.reshape(*x.shape[:-1], d // g, g)  # (..., N, d/g, g)
@@ -174,11 +171,9 @@ class QuantKVCache(Cache):
         self._q: dict[str, list[Quantised]] = {"K": [], "V": []}
         self._float: dict[str, torch.Tensor | None] = {"K": None, "V": None}
 
-    def append(self, K: torch.Tensor, V: torch.Tensor, *,
-               check: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    def append(self, K: torch.Tensor, V: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Quantise the new keys and values ``(..., G, N_new, d)``; return all, dequantised."""
-        if check:
-            self.check_next(Rows.of("K", K), Rows.of("V", V))
+        self._check_new((K, V))
         self._n += K.shape[-2]
         for name, T in (("K", K), ("V", V)):
             bits, axis, group = self.spec[name]
@@ -188,12 +183,12 @@ class QuantKVCache(Cache):
                 d, N = rest.shape[-1], rest.shape[-2]
                 if axis == "token":
                     self._q[name].append(quantise(rest, bits, axis="token",
-                                                  group_size=group or d, check=False))
+                                                  group_size=group or d))
                     rest = rest[..., :0, :]
                 elif N >= group:  # per channel: the full token groups
                     n = N - N % group
                     self._q[name].append(quantise(rest[..., :n, :], bits, axis="channel",
-                                                  group_size=group, check=False))
+                                                  group_size=group))
                     rest = rest[..., n:, :]
             self._float[name] = rest
         return self.held("K"), self.held("V")
@@ -221,12 +216,14 @@ class QuantKVCache(Cache):
     def allocated_nbytes(self) -> int:
         return self.nbytes
 
-    def check_next(self, K: Rows | None, V: Rows | None = None) -> None:
+    def _check_new(self, new: tuple) -> None:
         """Keys and values of one shape ``(..., G, N_new, d)``, matching what is held, whose
         ``d`` a per-token group divides."""
+        K, V = new
         for name, rows in (("K", K), ("V", V)):
             if rows is None:
                 raise ValueError(f"{name} must be given to a QuantKVCache; got None")
+            check_tensor(name, rows, min_dim=2, floating=False)
             if not rows.dtype.is_floating_point:
                 raise ValueError(f"{name} must be floating point; got {rows.dtype}")
             bits, axis, g = self.spec[name]
@@ -257,7 +254,7 @@ class QuantKVCache(Cache):
 def attention_error(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, *,
                     k_bits: int | None = 8, v_bits: int | None = 8, k_axis: str = "token",
                     v_axis: str = "token", k_group: int | None = None,
-                    v_group: int | None = None, check: bool = True) -> tuple[float, int]:
+                    v_group: int | None = None) -> tuple[float, int]:
     """``||Y_q - Y|| / ||Y||`` for causal attention over quantised ``K, V``, and their bytes.
 
     ``Q`` is ``(..., H, N, d)``, ``K, V`` are ``(..., G, N, d)``; the keys and values pass
@@ -270,29 +267,27 @@ def attention_error(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, *,
         >>> err < 0.01, nbytes   # 2 * 32 tokens * (8 bytes + one 4-byte scale)
         (True, 768)
     """
-    if check:
-        for name, T in (("Q", Q), ("K", K), ("V", V)):
-            check_tensor(name, T, min_dim=3)
-        check_divisible("Q's heads (Q.shape[-3])", Q.shape[-3], "K's heads (K.shape[-3])",
-                        K.shape[-3])
+    for name, T in (("Q", Q), ("K", K), ("V", V)):
+        check_tensor(name, T, min_dim=3)
+    check_divisible("Q's heads (Q.shape[-3])", Q.shape[-3], "K's heads (K.shape[-3])",
+                    K.shape[-3])
     cache = QuantKVCache(k_bits, v_bits, k_axis=k_axis, v_axis=v_axis, k_group=k_group,
                          v_group=v_group)
-    K_q, V_q = cache.append(K, V, check=check)
-    Y = attention(Q, K, V, causal=True, enable_gqa=True, check=False)
-    Y_q = attention(Q, K_q, V_q, causal=True, enable_gqa=True, check=False)
+    K_q, V_q = cache.append(K, V)
+    Y = sdpa_attention(Q, K, V, causal=True)  # G KV heads for H query heads
+    Y_q = sdpa_attention(Q, K_q, V_q, causal=True)
     return float((Y_q - Y).norm() / Y.norm()), cache.nbytes
 
 
 @torch.no_grad()
-def _quantised_nll(model, ids, targets, *, k_bits, v_bits, k_axis, v_axis, k_group, v_group,
-                   check) -> tuple[torch.Tensor, int]:
+def _quantised_nll(model, ids, targets, *, k_bits, v_bits, k_axis, v_axis, k_group, v_group
+                   ) -> tuple[torch.Tensor, int]:
     """Each position's cross-entropy ``(B, N)`` (float32, 0 where the target is ``-100``)
     with every layer reading a :class:`QuantKVCache`, and the caches' bytes."""
-    if check:
-        check_tensor("ids", ids, min_dim=1, floating=False)
+    check_tensor("ids", ids, min_dim=1, floating=False)
     caches = [QuantKVCache(k_bits, v_bits, k_axis=k_axis, v_axis=v_axis, k_group=k_group,
                            v_group=v_group) for _ in model.blocks]
-    logits = model(ids, caches=caches, check=check)
+    logits = model(ids, caches=caches)
     nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
                                             targets.reshape(-1), reduction="none")
     return nll.reshape(targets.shape), sum(c.nbytes for c in caches)
@@ -301,7 +296,7 @@ def _quantised_nll(model, ids, targets, *, k_bits, v_bits, k_axis, v_axis, k_gro
 def quantised_loss(model, ids: torch.Tensor, targets: torch.Tensor, *,
                    k_bits: int | None = 8, v_bits: int | None = 8, k_axis: str = "token",
                    v_axis: str = "token", k_group: int | None = None,
-                   v_group: int | None = None, check: bool = True) -> tuple[float, int]:
+                   v_group: int | None = None) -> tuple[float, int]:
     """Mean cross-entropy (nats per token) of ``model`` reading its caches quantised, and
     the bytes of those caches (every layer).
 
@@ -311,15 +306,15 @@ def quantised_loss(model, ids: torch.Tensor, targets: torch.Tensor, *,
     """
     nll, nbytes = _quantised_nll(model, ids, targets, k_bits=k_bits, v_bits=v_bits,
                                  k_axis=k_axis, v_axis=v_axis, k_group=k_group,
-                                 v_group=v_group, check=check)
+                                 v_group=v_group)
     return float(nll.sum() / (targets != -100).sum()), nbytes
 
 
 def quantised_window_losses(model, ids: torch.Tensor, targets: torch.Tensor, *,
                             k_bits: int | None = 8, v_bits: int | None = 8,
                             k_axis: str = "token", v_axis: str = "token",
-                            k_group: int | None = None, v_group: int | None = None,
-                            check: bool = True) -> tuple[torch.Tensor, int]:
+                            k_group: int | None = None, v_group: int | None = None
+                            ) -> tuple[torch.Tensor, int]:
     """:func:`quantised_loss` window by window: each row's mean loss ``(B,)`` float64 and
     the caches' bytes. Each row of ``ids`` has caches of its own (per-channel groups run
     along one row's tokens), so the rows are the paired windows that
@@ -327,6 +322,6 @@ def quantised_window_losses(model, ids: torch.Tensor, targets: torch.Tensor, *,
     """
     nll, nbytes = _quantised_nll(model, ids, targets, k_bits=k_bits, v_bits=v_bits,
                                  k_axis=k_axis, v_axis=v_axis, k_group=k_group,
-                                 v_group=v_group, check=check)
+                                 v_group=v_group)
     counts = (targets != -100).sum(dim=1)
     return nll.double().sum(dim=1) / counts, nbytes

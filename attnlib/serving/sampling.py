@@ -30,7 +30,7 @@ import torch
 
 from attnlib._checks import check_positive_int, check_tensor
 
-__all__ = ["check_options", "min_p_filter", "sample", "temperature_scale", "top_k_filter",
+__all__ = ["min_p_filter", "sample", "temperature_scale", "top_k_filter",
            "top_p_filter", "warp"]
 
 _NEG_INF = -math.inf
@@ -50,26 +50,24 @@ def _check_fraction(name: str, value: object, *, open_low: bool) -> float:
     return float(value)
 
 
-def temperature_scale(logits: torch.Tensor, temperature: float, *,
-                      check: bool = True) -> torch.Tensor:
+def temperature_scale(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """``z / T``: temperature ``T > 0`` on logits ``(..., V)``.
 
     Example:
         >>> temperature_scale(torch.tensor([1.0, 2.0]), 0.5)
         tensor([2., 4.])
     """
-    if check:
-        _check_logits(logits)
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-            raise TypeError(f"temperature must be a positive number; got {temperature!r}")
-        if not (temperature > 0 and math.isfinite(temperature)):
-            raise ValueError(f"temperature must be a finite number > 0 (use do_sample=False "
-                             f"for greedy decoding); got {temperature}")
+    _check_logits(logits)
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+        raise TypeError(f"temperature must be a positive number; got {temperature!r}")
+    if not (temperature > 0 and math.isfinite(temperature)):
+        raise ValueError(f"temperature must be a finite number > 0 (use do_sample=False "
+                         f"for greedy decoding); got {temperature}")
     return logits / temperature
 
 
 def top_k_filter(logits: torch.Tensor, k: int, *, filter_value: float = _NEG_INF,
-                 min_tokens_to_keep: int = 1, check: bool = True) -> torch.Tensor:
+                 min_tokens_to_keep: int = 1) -> torch.Tensor:
     """Keep the logits ``>= z_(k)``, the ``k``-th largest, and set the others to ``filter_value``.
 
     ``k`` is raised to ``min_tokens_to_keep`` and capped at ``V``; a tie with ``z_(k)``
@@ -79,17 +77,16 @@ def top_k_filter(logits: torch.Tensor, k: int, *, filter_value: float = _NEG_INF
         >>> top_k_filter(torch.tensor([1.0, 3.0, 2.0, 3.0]), 1)   # the tie stays
         tensor([-inf, 3., -inf, 3.])
     """
-    if check:
-        _check_logits(logits)
-        check_positive_int("k", k)
-        check_positive_int("min_tokens_to_keep", min_tokens_to_keep)
+    _check_logits(logits)
+    check_positive_int("k", k)
+    check_positive_int("min_tokens_to_keep", min_tokens_to_keep)
     k = min(max(k, min_tokens_to_keep), logits.shape[-1])
     kth = torch.topk(logits, k, dim=-1).values[..., -1:]  # (..., 1): the k-th largest
     return logits.masked_fill(logits < kth, filter_value)
 
 
 def top_p_filter(logits: torch.Tensor, p: float, *, filter_value: float = _NEG_INF,
-                 min_tokens_to_keep: int = 1, check: bool = True) -> torch.Tensor:
+                 min_tokens_to_keep: int = 1) -> torch.Tensor:
     """Nucleus filtering: remove the tokens whose ascending cumulative mass is ``<= 1 - p``.
 
     With ``p`` sorted ascending and ``c_j`` its cumulative sum, token ``(j)`` is removed
@@ -100,10 +97,9 @@ def top_p_filter(logits: torch.Tensor, p: float, *, filter_value: float = _NEG_I
         >>> top_p_filter(torch.tensor([0.0, 1.0, 2.0, 3.0]).log(), 0.7)   # p = 0, 1/6, 1/3, 1/2
         tensor([  -inf,   -inf, 0.6931, 1.0986])
     """
-    if check:
-        _check_logits(logits)
-        _check_fraction("p", p, open_low=False)
-        check_positive_int("min_tokens_to_keep", min_tokens_to_keep)
+    _check_logits(logits)
+    _check_fraction("p", p, open_low=False)
+    check_positive_int("min_tokens_to_keep", min_tokens_to_keep)
     sorted_z, order = torch.sort(logits, dim=-1, descending=False)  # (..., V) ascending
     c = sorted_z.softmax(dim=-1).cumsum(dim=-1)  # c_j = p_(1) + ... + p_(j)
     remove_sorted = c <= (1 - p)
@@ -113,7 +109,7 @@ def top_p_filter(logits: torch.Tensor, p: float, *, filter_value: float = _NEG_I
 
 
 def min_p_filter(logits: torch.Tensor, p: float, *, filter_value: float = _NEG_INF,
-                 min_tokens_to_keep: int = 1, check: bool = True) -> torch.Tensor:
+                 min_tokens_to_keep: int = 1) -> torch.Tensor:
     """Remove the tokens with ``p_i < p * max_j p_j`` (``p = softmax(z)``).
 
     The ``min_tokens_to_keep`` most probable always stay (Hugging Face's
@@ -123,10 +119,9 @@ def min_p_filter(logits: torch.Tensor, p: float, *, filter_value: float = _NEG_I
         >>> min_p_filter(torch.tensor([1.0, 2.0, 4.0]).log(), 0.3)   # keep p_i >= 0.3 * 4/7
         tensor([  -inf, 0.6931, 1.3863])
     """
-    if check:
-        _check_logits(logits)
-        _check_fraction("p", p, open_low=False)
-        check_positive_int("min_tokens_to_keep", min_tokens_to_keep)
+    _check_logits(logits)
+    _check_fraction("p", p, open_low=False)
+    check_positive_int("min_tokens_to_keep", min_tokens_to_keep)
     probs = torch.softmax(logits, dim=-1)  # (..., V)
     remove = probs < p * probs.amax(dim=-1, keepdim=True)
     k = min(min_tokens_to_keep, probs.shape[-1])
@@ -156,8 +151,7 @@ def check_options(temperature: object, top_k: object, top_p: object, min_p: obje
 
 
 def warp(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int | None = None,
-         top_p: float | None = None, min_p: float | None = None,
-         check: bool = True) -> torch.Tensor:
+         top_p: float | None = None, min_p: float | None = None) -> torch.Tensor:
     """The warped logits ``z'``: temperature, then top-k, top-p and min-p (those not None).
 
     The order is Hugging Face's ``generate``; ``temperature=1`` and ``top_p=1`` change
@@ -167,24 +161,27 @@ def warp(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int | None = 
         >>> warp(torch.tensor([1.0, 2.0, 3.0, 4.0]), temperature=0.5, top_k=2)
         tensor([-inf, -inf, 6., 8.])
     """
-    if check:
-        _check_logits(logits)
-        check_options(temperature, top_k, top_p, min_p)
-    z = logits
+    _check_logits(logits)
+    check_options(temperature, top_k, top_p, min_p)
+    return _warp(logits, temperature, top_k, top_p, min_p)
+
+
+def _warp(z: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,
+          min_p: float | None) -> torch.Tensor:
     if temperature != 1.0:
-        z = temperature_scale(z, temperature, check=False)
+        z = temperature_scale(z, temperature)
     if top_k is not None:
-        z = top_k_filter(z, top_k, check=False)
+        z = top_k_filter(z, top_k)
     if top_p is not None and top_p < 1.0:
-        z = top_p_filter(z, top_p, check=False)
+        z = top_p_filter(z, top_p)
     if min_p is not None:
-        z = min_p_filter(z, min_p, check=False)
+        z = min_p_filter(z, min_p)
     return z
 
 
 def sample(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int | None = None,
            top_p: float | None = None, min_p: float | None = None,
-           generator: torch.Generator | None = None, check: bool = True) -> torch.Tensor:
+           generator: torch.Generator | None = None) -> torch.Tensor:
     """Draw one token per row: ``i ~ softmax(warp(z))``; returns ``(..., 1)`` int64 ids.
 
     Args:
@@ -192,18 +189,15 @@ def sample(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int | None 
         temperature, top_k, top_p, min_p: the warpers (see :func:`warp`); None is off.
         generator: a seeded ``torch.Generator`` for a reproducible draw (None: the global
             one).
-        check: validate the arguments first (the default).
 
     Example:
         >>> g = torch.Generator().manual_seed(0)
         >>> sample(torch.tensor([[0.0, 0.0, 9.0]]), top_k=1, generator=g)
         tensor([[2]])
     """
-    if check:
-        _check_logits(logits)
-        check_options(temperature, top_k, top_p, min_p, generator)
-    z = warp(logits, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-             check=False)
+    _check_logits(logits)
+    check_options(temperature, top_k, top_p, min_p, generator)
+    z = _warp(logits, temperature, top_k, top_p, min_p)
     P = torch.softmax(z.float(), dim=-1)  # (..., V)
     flat = P.reshape(-1, P.shape[-1])
     ids = torch.multinomial(flat, 1, generator=generator)  # (rows, 1)

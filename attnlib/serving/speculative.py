@@ -64,8 +64,8 @@ class RollbackKVCache(KVCache):
 
 
 def accept_reject(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor, *,
-                  generator: torch.Generator | None = None,
-                  check: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+                  generator: torch.Generator | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """One step of the sampling rule, row by row: keep ``x ~ q`` with ``min(1, p(x)/q(x))``.
 
     Args:
@@ -73,7 +73,6 @@ def accept_reject(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor, *,
         q: ``(R, V)`` the draft's probabilities, from which ``x`` was drawn.
         x: ``(R,)`` the proposed tokens.
         generator: for the uniform draws and the residual draws.
-        check: validate the arguments first (the default).
 
     Returns:
         ``(token, accepted)``: ``(R,)`` the emitted token (``x`` where accepted, a draw from
@@ -85,12 +84,11 @@ def accept_reject(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor, *,
         >>> accept_reject(p, q, torch.tensor([2]), generator=g)   # p(2) = 0: always rejected
         (tensor([0]), tensor([False]))
     """
-    if check:
-        check_tensor("p", p, min_dim=2)
-        check_tensor("q", q, min_dim=2)
-        if p.shape != q.shape or x.shape != p.shape[:-1]:
-            raise ValueError(f"p and q must be (R, V) and x (R,); got {tuple(p.shape)}, "
-                             f"{tuple(q.shape)}, {tuple(x.shape)}")
+    check_tensor("p", p, min_dim=2)
+    check_tensor("q", q, min_dim=2)
+    if p.shape != q.shape or x.shape != p.shape[:-1]:
+        raise ValueError(f"p and q must be (R, V) and x (R,); got {tuple(p.shape)}, "
+                         f"{tuple(q.shape)}, {tuple(x.shape)}")
     rows = torch.arange(p.shape[0], device=p.device)
     p_x, q_x = p[rows, x], q[rows, x]
     u = torch.rand(p.shape[0], generator=generator, dtype=p.dtype).to(p.device)
@@ -126,8 +124,7 @@ class SpeculativeResult(NamedTuple):
 def _probs(logits: torch.Tensor, temperature: float, top_k, top_p, min_p) -> torch.Tensor:
     from attnlib.serving.sampling import warp
 
-    z = warp(logits, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-             check=False)
+    z = warp(logits, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
     return torch.softmax(z.double(), dim=-1)
 
 
@@ -135,8 +132,8 @@ def _probs(logits: torch.Tensor, temperature: float, top_k, top_p, min_p) -> tor
 def speculative_generate(target, draft, ids: torch.Tensor, max_new_tokens: int, *, k: int = 4,
                          do_sample: bool = False, temperature: float = 1.0,
                          top_k: int | None = None, top_p: float | None = None,
-                         min_p: float | None = None, generator: torch.Generator | None = None,
-                         check: bool = True) -> SpeculativeResult:
+                         min_p: float | None = None, generator: torch.Generator | None = None
+                         ) -> SpeculativeResult:
     """Generate ``max_new_tokens`` tokens from ``target``, proposed ``k`` at a time by ``draft``.
 
     Args:
@@ -150,7 +147,6 @@ def speculative_generate(target, draft, ids: torch.Tensor, max_new_tokens: int, 
             applied to both models' logits when sampling.
         generator: a seeded ``torch.Generator`` for the draft's draws, the accept tests and
             the residual draws.
-        check: validate the arguments first (the default).
 
     Returns:
         A :class:`SpeculativeResult`: ``ids`` ``(1, N + max_new_tokens)`` (greedy: equal to
@@ -166,27 +162,26 @@ def speculative_generate(target, draft, ids: torch.Tensor, max_new_tokens: int, 
         >>> torch.equal(res.ids, target.generate(prompt, 10))
         True
     """
-    if check:
-        check_tensor("ids", ids, min_dim=1, floating=False)
-        check_nonnegative_int("max_new_tokens", max_new_tokens)
-        check_positive_int("k", k)
-        if (ids.dim() == 2 and ids.shape[0] != 1) or ids.dim() > 2 or ids.shape[-1] < 1:
-            raise ValueError(f"ids must be one prompt, (1, N) or (N,) with N >= 1; got "
-                             f"{tuple(ids.shape)}")
-        if target.E.shape[0] != draft.E.shape[0]:
-            raise ValueError(f"draft must share the target's vocabulary ({target.E.shape[0]}); "
-                             f"got {draft.E.shape[0]}")
-        if do_sample:
-            from attnlib.serving.sampling import check_options
-            check_options(temperature, top_k, top_p, min_p, generator)
+    check_tensor("ids", ids, min_dim=1, floating=False)
+    check_nonnegative_int("max_new_tokens", max_new_tokens)
+    check_positive_int("k", k)
+    if (ids.dim() == 2 and ids.shape[0] != 1) or ids.dim() > 2 or ids.shape[-1] < 1:
+        raise ValueError(f"ids must be one prompt, (1, N) or (N,) with N >= 1; got "
+                         f"{tuple(ids.shape)}")
+    if target.E.shape[0] != draft.E.shape[0]:
+        raise ValueError(f"draft must share the target's vocabulary ({target.E.shape[0]}); "
+                         f"got {draft.E.shape[0]}")
+    if do_sample:
+        from attnlib.serving.sampling import check_options
+        check_options(temperature, top_k, top_p, min_p, generator)
     prompt = ids.reshape(1, -1)
     device = target.E.device
     seq = prompt[0].tolist()
     t_caches = [RollbackKVCache() for _ in target.blocks]
     d_caches = [RollbackKVCache() for _ in draft.blocks]
     if len(seq) > 1:  # prefill everything but the last token, which each round feeds
-        target(prompt[:, :-1].to(device), caches=t_caches, check=False)
-        draft(prompt[:, :-1].to(draft.E.device), caches=d_caches, check=False)
+        target(prompt[:, :-1].to(device), caches=t_caches)
+        draft(prompt[:, :-1].to(draft.E.device), caches=d_caches)
     warp_kw = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
     t_passes = d_passes = proposed = kept = 0
     n_end = len(seq) + max_new_tokens
@@ -196,7 +191,7 @@ def speculative_generate(target, draft, ids: torch.Tensor, max_new_tokens: int, 
         for _ in range(k_now):  # the draft proposes, one token per pass
             behind = seq[d_caches[0].n_tokens:] if not xs else [xs[-1]]
             feed = torch.tensor([behind], device=draft.E.device)
-            z = draft(feed, caches=d_caches, check=False)[0, -1]  # (V,)
+            z = draft(feed, caches=d_caches)[0, -1]  # (V,)
             d_passes += 1
             if do_sample:
                 q = _probs(z, **warp_kw)
@@ -207,7 +202,7 @@ def speculative_generate(target, draft, ids: torch.Tensor, max_new_tokens: int, 
             xs.append(x)
         n_before = len(seq)
         feed = torch.tensor([seq[t_caches[0].n_tokens:] + xs], device=device)
-        z = target(feed, caches=t_caches, check=False)[0, -(k_now + 1):]  # (k_now + 1, V)
+        z = target(feed, caches=t_caches)[0, -(k_now + 1):]  # (k_now + 1, V)
         t_passes += 1
         proposed += k_now
         new = []
@@ -215,7 +210,7 @@ def speculative_generate(target, draft, ids: torch.Tensor, max_new_tokens: int, 
             if do_sample:
                 p = _probs(z[i], **warp_kw)
                 tok, ok = accept_reject(p[None], qs[i][None], torch.tensor([x]),
-                                        generator=generator, check=False)
+                                        generator=generator)
                 tok, ok = int(tok[0]), bool(ok[0])
             else:
                 tok = int(z[i].argmax())

@@ -23,7 +23,12 @@ from __future__ import annotations
 
 import torch
 
-from attnlib._checks import check_nonnegative_int, check_positive_int, check_tensor
+from attnlib._checks import (
+    check_nonnegative_int,
+    check_positive_int,
+    check_tensor,
+    checked_call,
+)
 from attnlib.serving.cache import WindowCache
 
 __all__ = ["SinkCache", "held_values", "kept_positions", "recomputed_logits", "rolling_logits"]
@@ -50,12 +55,11 @@ class SinkCache(WindowCache):
         super().__init__(window)
         self.n_sink = check_nonnegative_int("n_sink", n_sink)
 
-    def append(self, K: torch.Tensor, V: torch.Tensor, *,
-               check: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    def append(self, K: torch.Tensor, V: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Return what the new queries read: the sinks, then the last ``window + N_new - 1``
         rows (one new token reads the sinks and the last ``window`` tokens, itself
         included); keep the sinks and the last ``window``."""
-        K_all, V_all = super(WindowCache, self).append(K, V, check=check)
+        K_all, V_all = super(WindowCache, self).append(K, V)
         n, n_new = K_all.shape[-2], K.shape[-2]
         sinks = min(self.n_sink, self._n)  # the first tokens seen are the first rows held
 
@@ -99,7 +103,7 @@ def _check(model, ids, window, n_sink) -> None:
 
 @torch.no_grad()
 def rolling_logits(model, ids: torch.Tensor, *, window: int | None, n_sink: int = 0,
-                   return_caches: bool = False, check: bool = True):
+                   return_caches: bool = False):
     """Logits ``(B, N, V)`` of ``ids (B, N)`` decoded one token at a time through rolling caches.
 
     Each step feeds one token into a :class:`SinkCache` per layer (``window=None``: a full
@@ -108,17 +112,18 @@ def rolling_logits(model, ids: torch.Tensor, *, window: int | None, n_sink: int 
     """
     from attnlib.serving.cache import KVCache
 
-    if check:
-        _check(model, ids, window or 1, n_sink)
+    _check(model, ids, window or 1, n_sink)
     caches = [KVCache() if window is None else SinkCache(window, n_sink) for _ in model.blocks]
-    out = [model(ids[:, t:t + 1], caches=caches, check=False) for t in range(ids.shape[1])]
+    model.check(ids, caches)  # what every step below passes: the ids, the caches
+    with checked_call():
+        out = [model(ids[:, t:t + 1], caches=caches) for t in range(ids.shape[1])]
     logits = torch.cat(out, dim=1)
     return (logits, caches) if return_caches else logits
 
 
 @torch.no_grad()
 def recomputed_logits(model, ids: torch.Tensor, *, window: int, n_sink: int = 0,
-                      chunk: int = 16, check: bool = True) -> torch.Tensor:
+                      chunk: int = 16) -> torch.Tensor:
     """Logits ``(B, N, V)`` where position ``p`` runs the model afresh on its kept tokens only.
 
     For each ``p`` the tokens of :func:`kept_positions` are fed as a new sequence (positions
@@ -126,11 +131,10 @@ def recomputed_logits(model, ids: torch.Tensor, *, window: int, n_sink: int = 0,
     anything an evicted token wrote into the residual stream. ``chunk`` positions share
     a forward pass, each as rows of its own.
     """
-    if check:
-        _check(model, ids, window, n_sink)
+    _check(model, ids, window, n_sink)
     B, N = ids.shape
     m = n_sink + window  # every position from m - 1 on reads m tokens
-    head = model(ids[:, :m], check=False)  # (B, min(N, m), V): nothing evicted yet
+    head = model(ids[:, :m])  # (B, min(N, m), V): nothing evicted yet
     if N <= m:
         return head
     rows = [ids[:, torch.tensor(kept_positions(p, window, n_sink), device=ids.device)]
@@ -138,22 +142,20 @@ def recomputed_logits(model, ids: torch.Tensor, *, window: int, n_sink: int = 0,
     fresh = []
     for i in range(0, len(rows), chunk):  # several positions per pass, each its own row
         part = torch.cat(rows[i:i + chunk], dim=0)  # (B * positions, m)
-        fresh.append(model(part, check=False)[:, -1].reshape(-1, B, head.shape[-1]))
+        fresh.append(model(part)[:, -1].reshape(-1, B, head.shape[-1]))
     tail = torch.cat(fresh, dim=0).transpose(0, 1)  # (B, N - m, V)
     return torch.cat((head, tail), dim=1)
 
 
 @torch.no_grad()
-def held_values(model, ids: torch.Tensor, *, window: int, n_sink: int = 0,
-                check: bool = True) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+def held_values(model, ids: torch.Tensor, *, window: int, n_sink: int = 0
+                ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Each layer's values held after decoding ``ids (B, N)`` through rolling caches, and the
     values the same kept tokens get when recomputed from scratch: two lists of
     ``(B, G, n_held, d)``. Values carry no rotation, so the first layer's agree exactly."""
-    if check:
-        _check(model, ids, window, n_sink)
-    _, caches = rolling_logits(model, ids, window=window, n_sink=n_sink, return_caches=True,
-                               check=False)
+    _check(model, ids, window, n_sink)
+    _, caches = rolling_logits(model, ids, window=window, n_sink=n_sink, return_caches=True)
     kept = torch.tensor(kept_positions(ids.shape[1] - 1, window, n_sink), device=ids.device)
     fresh = model.new_caches()
-    model(ids[:, kept], caches=fresh, check=False)
+    model(ids[:, kept], caches=fresh)
     return [c.V for c in caches], [c.V for c in fresh]

@@ -1,5 +1,5 @@
 """Figures and explorers for the lessons: shared style, the two explorer forms, one module
-per chapter.
+per chapter. The lessons' tables are in :mod:`attnlib.analysis.experiments`.
 
 - :mod:`attnlib.viz.style`: template, height, the Okabe-Ito palette, rounding.
 - :func:`twin` and :func:`explorer` (:mod:`attnlib.viz.explore`): an explorer is written
@@ -43,50 +43,8 @@ from attnlib.viz import (
     walk,
 )
 from attnlib.viz.explore import explorer, twin
-from attnlib.viz.style import (
-    COLORS,
-    DASHES,
-    DECIMALS,
-    HEIGHT,
-    OKABE_ITO,
-    SYMBOLS,
-    TEMPLATE,
-    rounded,
-    style,
-)
 
 __all__ = [
-    # the two forms of an explorer
-    "explorer",
-    "twin",
-    # style
-    "COLORS",
-    "DASHES",
-    "DECIMALS",
-    "HEIGHT",
-    "OKABE_ITO",
-    "SYMBOLS",
-    "TEMPLATE",
-    "rounded",
-    "style",
-    # chapter modules
-    "decoder",
-    "designs",
-    "frontier",
-    "gqa",
-    "heads",
-    "kernels",
-    "kvcache",
-    "lookup",
-    "masks",
-    "mla",
-    "randomised",
-    "rope",
-    "serving",
-    "softmax",
-    "tokens",
-    # shared by two chapters
-    "trained",
-    # the walk of one token through the trained model
-    "walk",
+    "decoder", "designs", "explorer", "frontier", "gqa", "heads", "kernels", "kvcache", "lookup",
+    "masks", "mla", "randomised", "rope", "serving", "softmax", "tokens", "trained", "twin", "walk",
 ]

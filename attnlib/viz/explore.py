@@ -42,7 +42,7 @@ from IPython.display import HTML, display
 
 from attnlib.viz.style import HEIGHT, rounded
 
-__all__ = ["explorer", "format_value", "twin"]
+__all__ = ["explorer", "twin"]
 
 FigureFn = Callable[..., go.Figure]
 
@@ -82,13 +82,13 @@ def twin(
             ``{"vocab_size": "N_T"}``.
         texts: per parameter, the short name each value is shown by (on the slider and the
             site's controls), e.g. ``{"prompt": {"The attention weig": "attention"}}``, for
-            values too long to show whole; other values are written by
-            :func:`format_value`.
+            values too long to show whole; other values are written as the prose writes
+            numbers (``131,072``, ``0.3``, ``1e-09``).
         **fixed: the other parameters of ``figure_fn``, the same for every step.
 
     Returns:
         go.Figure: all steps' traces (only step ``active`` visible) and one slider with
-        ``len(values)`` steps, labelled as the prose writes numbers (:func:`format_value`).
+        ``len(values)`` steps, labelled as the prose writes numbers.
 
     Raises:
         ValueError: empty ``values``, a value of the wrong length, ``active`` out of
@@ -125,7 +125,7 @@ def twin(
         raise ValueError(f"texts names {unknown}, which param does not move; param={names}")
 
     def text(name: str, value: object) -> str:
-        return texts.get(name, {}).get(value) or format_value(value)
+        return texts.get(name, {}).get(value) or _format_value(value)
 
     combos = [tuple(v) if len(names) > 1 else (v,) for v in values]
     figures = [_call(figure_fn, {**fixed, **dict(zip(names, c, strict=True))}) for c in combos]
@@ -196,14 +196,14 @@ def _slider_room(fig: go.Figure) -> dict:
     }
 
 
-def format_value(value: object) -> str:
+def _format_value(value: object) -> str:
     """A setting as the book's prose writes it: ``10,000`` for ``10000.0``, ``0.3``, ``bf16``.
 
     Whole numbers of five digits or more get thousands separators (``131,072``); a float
     that is a whole number loses its ``.0``; other floats keep their shortest form.
 
     Example:
-        >>> [format_value(v) for v in (131072, 10000.0, 0.3, 3.0, 4096, "fp8", True)]
+        >>> [_format_value(v) for v in (131072, 10000.0, 0.3, 3.0, 4096, "fp8", True)]
         ['131,072', '10,000', '0.3', '3', '4096', 'fp8', 'True']
     """
     if isinstance(value, bool) or not _is_number(value):
@@ -276,13 +276,13 @@ def _twin_meta(
     spans: Sequence[tuple[int, int]],
     active: int,
     layouts: Sequence[dict],
-    text: Callable[[str, object], str] = lambda name, value: format_value(value),
+    text: Callable[[str, object], str] = lambda name, value: _format_value(value),
 ) -> dict:
     """What the site needs to give each parameter its own control.
 
     ``params``: per parameter, its name, display label, distinct values (numbers ascending,
     others in order of appearance) and their labels as the prose writes them
-    (:func:`format_value`, or the short names twin's ``texts`` gives). ``steps``: per step,
+    (or by the short names twin's ``texts`` gives). ``steps``: per step,
     the index of its value in each parameter's list, so the site can tell which combinations
     exist. ``traces``: the range of ``fig.data`` each step draws. ``size``: each step's own
     height and margin, without the room plotly's slider takes (the site draws its controls

@@ -1,12 +1,9 @@
-"""Figures and tables of lesson 03: what each head reads, its pattern, what the heads cost.
+"""Figures of lesson 03: what each head reads, its pattern, what the heads cost.
 
 Every figure function takes keyword parameters, returns a ``go.Figure`` with rounded data
 and never shows it; :func:`attnlib.viz.twin` and :func:`attnlib.viz.explorer` turn
-:func:`heads_figure` into the lesson's explorer. The table builders return
-``pandas.DataFrame`` objects, which notebooks render as HTML tables.
-
-The toy layer is :func:`attnlib.examples.draw_layer`, one seeded draw (its docstring
-gives the order); the exercise checks of lesson 03 use the same layer.
+:func:`heads_figure` into the lesson's explorer. The toy layer and the lesson's tables are
+in :mod:`attnlib.analysis.experiments.heads`.
 
 Lesson: 03_multi_head_attention.
 """
@@ -17,29 +14,16 @@ import copy
 from collections.abc import Sequence
 from functools import lru_cache
 
-import pandas as pd
 import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
 from attnlib._checks import check_positive_int
-from attnlib.analysis.memory import ModelSpec
-from attnlib.core.functional import attention_weights
-from attnlib.core.heads import split_heads
-from attnlib.examples import D_IN, TOKENS, draw_layer
-from attnlib.layers.gqa import MultiHeadAttention
+from attnlib.analysis.experiments.heads import head_patterns
+from attnlib.examples import D_IN, TOKENS
 from attnlib.viz.style import HEIGHT, OKABE_ITO, rounded, style
 
-__all__ = [
-    "HEAD_COUNTS",
-    "HEAD_WIDTHS",
-    "head_patterns",
-    "heads_figure",
-    "layer_heads_figure",
-    "model_widths_table",
-    "parameter_table",
-    "reads_figure",
-]
+__all__ = ["HEAD_COUNTS", "HEAD_WIDTHS", "heads_figure", "layer_heads_figure", "reads_figure"]
 
 HEAD_COUNTS: tuple[int, ...] = (1, 2, 4, 8)
 """The numbers of heads ``H`` the explorer offers."""
@@ -51,27 +35,6 @@ _ROWS, _COLS = 2, 4  # the explorer's grid: up to 8 heads
 _ROW_HEIGHT = 210  # px a row of panels takes; a single row of heads leaves out one
 _HEAD_COLORS = ("blue", "orange", "bluish green", "vermillion", "reddish purple", "sky blue",
                 "yellow", "black")
-
-
-def head_patterns(
-    n_heads: int, d_head: int, *, d_in: int = D_IN, n_tokens: int = len(TOKENS), seed: int = 0
-) -> torch.Tensor:
-    """Every head's attention weights ``P_h = softmax(Q_h K_h^T / sqrt(d_head))`` on the toy layer.
-
-    Args:
-        n_heads: ``H``.
-        d_head: ``d_head``.
-        d_in: input width.
-        n_tokens: ``N``.
-        seed: seed of :func:`attnlib.examples.draw_layer`.
-
-    Returns:
-        ``(H, N, N)``: row ``i`` of ``P_h`` is token ``i``'s weights over the tokens.
-    """
-    X, W_Q, W_K, _, _ = draw_layer(n_heads, d_head, d_in=d_in, n_tokens=n_tokens, seed=seed)
-    Q = split_heads(X @ W_Q, n_heads)  # (H, N, d_head): one product, then a reshape
-    K = split_heads(X @ W_K, n_heads)  # (H, N, d_head)
-    return attention_weights(Q, K)  # (H, N, N)
 
 
 @lru_cache(maxsize=2)
@@ -271,51 +234,3 @@ def reads_figure(n_heads: int = 4, d_head: int = 2, *, d_in: int = 8) -> go.Figu
         a.font = {"size": 12}
     style(fig, f"Who reads what: d_in = {d_in}, H = {n_heads} heads of width d_head = {d_head}")
     return fig
-
-
-def parameter_table(d_in: int, settings: Sequence[tuple[int, int]]) -> pd.DataFrame:
-    """Parameters of :class:`attnlib.MultiHeadAttention` for several ``(H, d_head)``.
-
-    Each row builds the layer on PyTorch's ``meta`` device (shapes only, no memory) with
-    ``d_out = d_in`` and counts the entries of ``W_Q``, ``W_K``, ``W_V`` and ``W_O``.
-
-    Args:
-        d_in: the input (and output) width.
-        settings: pairs ``(H, d_head)``.
-
-    Returns:
-        pd.DataFrame: ``H d_head``, the entries of each matrix and their total, indexed by
-        ``(H, d_head)``.
-    """
-    check_positive_int("d_in", d_in)
-    rows = {}
-    for n_heads, d_head in settings:
-        layer = MultiHeadAttention(d_in, n_heads, d_head, device="meta")
-        row = {"H d_head": n_heads * d_head}
-        row.update({name: p.numel() for name, p in layer.named_parameters()})
-        row["total"] = sum(p.numel() for p in layer.parameters())
-        rows[n_heads, d_head] = row
-    table = pd.DataFrame.from_dict(rows, orient="index")
-    table.index = pd.MultiIndex.from_tuples(table.index, names=["H", "d_head"])
-    return table
-
-
-def model_widths_table(specs: Sequence[ModelSpec]) -> pd.DataFrame:
-    """Head counts and widths of published models against their model width ``d``.
-
-    Args:
-        specs: presets from :mod:`attnlib.analysis.memory`, e.g. ``LLAMA3_70B``, ``GEMMA3_27B``.
-
-    Returns:
-        pd.DataFrame: ``d``, ``H``, ``d_head``, ``H d_head``, ``H d_head / d`` (4
-        decimals) and ``G``, the key/value heads, indexed by model name.
-    """
-    rows = {}
-    for spec in specs:
-        if not isinstance(spec, ModelSpec):
-            raise TypeError(f"specs must hold ModelSpec presets; got {type(spec).__name__}")
-        rows[spec.name] = {"d": spec.d_model, "H": spec.n_heads, "d_head": spec.d_head,
-                           "H d_head": spec.qk_width,
-                           "H d_head / d": round(spec.qk_width / spec.d_model, 4),
-                           "G": spec.n_kv_heads}
-    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("model")

@@ -3,7 +3,8 @@ memory, and which tiles a causal kernel computes, masks or skips.
 
 Both are measured or counted, not modelled: :func:`backward_memory_table` records every tensor
 autograd saves for the backward (``torch.autograd.graph.saved_tensors_hooks``) and the
-largest tensor the backward creates (:func:`attnlib.viz.frontier.largest_intermediate`);
+largest tensor the backward creates
+(:func:`attnlib.analysis.experiments.frontier.largest_intermediate`);
 :func:`causal_tiles` classifies the tiles exactly as the kernels' loops bound them.
 """
 
@@ -18,13 +19,13 @@ import torch
 from plotly.subplots import make_subplots
 
 from attnlib._checks import check_positive_int
+from attnlib.analysis.experiments.frontier import largest_intermediate
 from attnlib.kernels.backward import (
     FlashAttentionTorch,
     attention_forward,
     tiled_backward,
     tiled_forward,
 )
-from attnlib.viz.frontier import largest_intermediate
 from attnlib.viz.style import COLORS, DASHES, HEIGHT, OKABE_ITO, rounded, style
 
 

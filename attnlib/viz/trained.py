@@ -43,7 +43,6 @@ __all__ = [
     "SCRATCH",
     "SCRATCH_MLA",
     "SEEDS",
-    "budget_column",
     "run_to_run",
     "seed_noise",
     "dial_figure",
@@ -81,7 +80,7 @@ SCRATCH_MLA: dict[str, str] = {
 at the caches of ``G = 2`` (``d_L + d_R = 64``) and of MQA (32)."""
 
 
-def budget_column(steps: int) -> str:
+def _budget_column(steps: int) -> str:
     """The dial table's column of the loss after ``steps`` steps: ``"loss, 100 steps"``."""
     return f"loss, {steps} steps"
 
@@ -142,7 +141,7 @@ def _dial_table(name: str, conversion: str, values: tuple) -> pd.DataFrame:
                 loss = _card_loss(name, **{conversion: value, "steps": steps})
             else:
                 loss = math.nan
-            row[budget_column(steps)] = round(loss, 3)
+            row[_budget_column(steps)] = round(loss, 3)
         rows[value] = row
     table = pd.DataFrame.from_dict(rows, orient="index").rename_axis(conversion)
     table.attrs = {"source loss": round(_card_loss(name), 3),
@@ -175,8 +174,8 @@ def dial_table(name: str, conversion: str, values: tuple[int, ...]) -> pd.DataFr
         values: the settings, in the order of the rows.
 
     Returns:
-        pd.DataFrame indexed by the setting, with columns :data:`CACHE` and one
-        :func:`budget_column` per budget.
+        pd.DataFrame indexed by the setting, with columns :data:`CACHE` and one per budget,
+        ``"loss, 100 steps"``.
     """
     if conversion not in CONVERSIONS:
         raise ValueError(f"conversion must be one of {list(CONVERSIONS)}; got {conversion!r}")
@@ -262,11 +261,11 @@ def dial_figure(table: pd.DataFrame, current: object, steps: int, *, setting: st
         raise ValueError(f"{setting} must be one of {list(table.index)}; got {current!r}")
     if steps not in BUDGETS:
         raise ValueError(f"steps must be one of {list(BUDGETS)}; got {steps!r}")
-    now, asked = table.loc[current, budget_column(steps)], steps
+    now, asked = table.loc[current, _budget_column(steps)], steps
     if math.isnan(now):  # no fine-tune ships here: the largest budget that does, and a note
         steps = max(b for b in BUDGETS
-                    if b <= asked and not math.isnan(table.loc[current, budget_column(b)]))
-        now = table.loc[current, budget_column(steps)]
+                    if b <= asked and not math.isnan(table.loc[current, _budget_column(b)]))
+        now = table.loc[current, _budget_column(steps)]
     scratch = scratch or {}
     x_of = {b: str(b) for b in BUDGETS}  # short categories: the figure fits a phone
     fig = make_subplots(rows=1, cols=2, column_widths=[0.64, 0.36], horizontal_spacing=0.12,
@@ -280,7 +279,7 @@ def dial_figure(table: pd.DataFrame, current: object, steps: int, *, setting: st
         colors[value] = COLORS["marker"] if is_control else palette[k % len(palette)]
         xs, ys = [], []
         for b in BUDGETS:
-            loss = table.loc[value, budget_column(b)]
+            loss = table.loc[value, _budget_column(b)]
             if not math.isnan(loss):
                 xs.append(x_of[b])
                 ys.append(loss)
@@ -323,7 +322,7 @@ def dial_figure(table: pd.DataFrame, current: object, steps: int, *, setting: st
                           for v in table.index]},
         hovertemplate=f"{setting} = %{{x}}: %{{y:,}} bytes per token<extra></extra>",
     ), row=1, col=2)
-    losses = [v for c in BUDGETS for v in table[budget_column(c)] if not math.isnan(v)]
+    losses = [v for c in BUDGETS for v in table[_budget_column(c)] if not math.isnan(v)]
     fig.update_yaxes(range=[rounded(min(losses + list(scratch.values())) - 0.1, 3),
                             rounded(max(losses) * 1.05, 3)], row=1, col=1)
     fig.update_yaxes(range=[0, int(table[CACHE].max() * 1.2)], row=1, col=2)
@@ -332,7 +331,7 @@ def dial_figure(table: pd.DataFrame, current: object, steps: int, *, setting: st
                      categoryarray=[x_of[b] for b in BUDGETS] + ["scratch"],
                      row=1, col=1)
     fig.update_xaxes(title_text=setting, type="category", row=1, col=2)
-    ctrl = table.loc[control, budget_column(steps)]
+    ctrl = table.loc[control, _budget_column(steps)]
     versus = (f"{now - ctrl:+.3f} against the control at the same budget ({ctrl:.3f})"
               if current != control else f"{now - source:+.3f} against the source")
     style(fig, (f"{model}, {conversion} to {_label(setting, current)}, {steps} steps of "

@@ -6,8 +6,8 @@ here recomputes the model beside it: :func:`trace` runs the model once with forw
 on each block, its norms, its attention and its feed-forward sublayer, and records what
 each of them returned; inside attention it calls the layer's own public steps
 (:meth:`~attnlib.layers.gqa.GroupedQueryAttention.project`, ``rope_tables``,
-:meth:`~attnlib.layers.gqa.GroupedQueryAttention.rotate`,
-:meth:`~attnlib.layers.gqa.GroupedQueryAttention.attend`,
+:meth:`~attnlib.layers.gqa.GroupedQueryAttention.rotate`, the attend step of
+:data:`~attnlib.core.functional.ATTENTION_FUNCTIONS`,
 :meth:`~attnlib.layers.gqa.GroupedQueryAttention.combine`) on the input its hook recorded, and
 keeps the result only where it equals what the hook saw. :func:`decode` feeds the written
 characters one at a time through the model's caches, with the same hooks.
@@ -31,7 +31,7 @@ import torch
 from plotly.subplots import make_subplots
 
 from attnlib._checks import check_choice, check_nonnegative_int
-from attnlib.core.functional import attention_weights
+from attnlib.core.functional import ATTENTION_FUNCTIONS, attention_weights
 from attnlib.core.heads import repeat_kv
 from attnlib.layers.gqa import GroupedQueryAttention
 from attnlib.models import pretrained
@@ -183,11 +183,11 @@ def _steps(attn: GroupedQueryAttention, X: torch.Tensor) -> dict[str, torch.Tens
     Q_rot, (K_rot, _) = attn.rotate(Q, (K, V), rope)
     half = attn.d_head // 2  # half-split pairs: cos = (c | c), sin = (-s | s)
     angles = torch.atan2(rope.sin[..., half:], rope.cos[..., :half])  # (N, d_head / 2)
-    K_h = repeat_kv(K_rot, attn.n_heads, check=False)  # (1, H, N, d_head): head h's keys
+    K_h = repeat_kv(K_rot, attn.n_heads)  # (1, H, N, d_head): head h's keys
     S = Q_rot @ K_h.mT / math.sqrt(attn.d_head)  # (1, H, N, N)
     S = S.masked_fill(torch.ones(N, N, dtype=torch.bool).triu(1), float("-inf"))
-    P = attention_weights(Q_rot, K_h, causal=True, check=False)  # (1, H, N, N)
-    Y = attn.attend(Q_rot, K_rot, V, causal=True)  # (1, H, N, d_head)
+    P = attention_weights(Q_rot, K_h, causal=True)  # (1, H, N, N)
+    Y = ATTENTION_FUNCTIONS["auto"](Q_rot, K_rot, V, causal=True)  # (1, H, N, d_head)
     out = attn.combine(Y, X)  # (1, N, d)
     return {"Q": Q[0], "K": K[0], "V": V[0], "Q_rot": Q_rot[0], "K_rot": K_rot[0],
             "angles": angles, "S": S[0], "P": P[0], "Y": Y[0], "combined": out[0]}

@@ -128,7 +128,8 @@ def _twin_figure() -> dict:
     import attnlib.viz as viz
 
     def figure(h: int, mode: str) -> go.Figure:
-        return viz.style(go.Figure(go.Bar(x=["a", "b"], y=[h, 1], name=mode)), f"H = {h}, {mode}")
+        bars = go.Figure(go.Bar(x=["a", "b"], y=[h, 1], name=mode))
+        return viz.style.style(bars, f"H = {h}, {mode}")
 
     return viz.twin(figure, ("h", "mode"), [(1, "fast"), (2, "fast"), (2, "slow")], active=1,
                     labels={"h": "H"}).to_plotly_json()
