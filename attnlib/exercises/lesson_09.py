@@ -121,8 +121,10 @@ from attnlib.exercises.implement import (  # noqa: E402
     randn,
 )
 
-# What may read all the keys at once in a tiled function: slicing, layout and metadata.
+# What may read all the keys at once in a tiled function: slicing, layout, metadata, and
+# new tensors that take only K's or V's dtype and device (V.new_zeros(...)).
 _LAYOUT = frozenset({
+    "new_zeros", "new_ones", "new_full", "new_empty", "new_tensor",
     "__getitem__", "__setitem__", "__get__", "__len__", "__iter__", "__format__", "__repr__",
     "split", "split_with_sizes", "chunk", "tensor_split", "unbind", "narrow", "select",
     "transpose", "t", "permute", "movedim", "swapaxes", "swapdims", "view", "reshape",
