@@ -160,6 +160,7 @@ def test_quick_benchmark_run(tmp_path, device, report):
     assert report.machine_line(results) in lines
 
 
+@pytest.mark.slow
 def test_save_refuses_quick_sizes():
     done = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--save"],
                           capture_output=True, text=True, timeout=120, check=False)

@@ -53,6 +53,7 @@ def test_each_lesson_module_registers_the_checks_of_its_lesson():
         exercises.checker("0.2")
 
 
+@pytest.mark.slow
 def test_checking_answers_loads_no_figure_library():
     """``import attnlib.exercises; check(...)`` needs neither plotly, ipywidgets nor pandas:
     every check runs, with a wrong answer so that each computes its expected value."""
@@ -104,8 +105,12 @@ def test_every_catalogued_wrong_answer_is_refused_with_its_own_hint(label, k, ca
 @pytest.mark.parametrize(
     ("answer", "message"),
     [
-        ([3.0, 1.0, 2.0], "these are the right numbers in the wrong order: check the order "
-                          "the question asks for."),
+        ([3.0, 1.0, 2.0], "the values are right as a set, but entries 0, 1 and 2 hold values "
+                          "that belong elsewhere: the order differs from the one the question "
+                          "asks for, or these were computed for another input."),
+        ([2.0, 1.0, 3.0], "the values are right as a set, but entries 0 and 1 hold values that "
+                          "belong elsewhere: the order differs from the one the question asks "
+                          "for, or these were computed for another input."),
         ([-1.0, -2.0, -3.0], "the sign is wrong in every entry."),
         ([1.0, -2.0, 3.0], "the sign is wrong in entry 1."),
         ([1.0, -5.0, 3.0], "entry 1 is off; the others are right."),
@@ -118,6 +123,10 @@ def test_every_catalogued_wrong_answer_is_refused_with_its_own_hint(label, k, ca
         ([1.05, 2.1, 3.03], "close, but not within the tolerance: off by up to 5% where the "
                             "check allows 0.1%."),
         ([2.0, 3.0, 1.0e-3], "every entry is off, and not by one common factor."),
+        # ratios 1.2 and 1.3: near one another, but no common factor (no "about 1 times")
+        ([1.2, 2.6, 3.6], "every entry is off, and not by one common factor."),
+        ([1.15, 2.3, 3.33], "every entry is off, and not by one common factor."),
+        ([1.25, 2.5, 3.75], "the magnitude is off: your answer is about 1.2 times too large."),
     ],
 )
 def test_compare_says_what_differs_without_guessing_a_mistake(answer, message):
@@ -133,6 +142,37 @@ def test_compare_on_one_number():
     assert exercises.compare(-7.0, one, rel=1e-3, what="a number") == (
         "the sign is wrong, and the size is off too.")
     assert exercises.compare(2.01, one, rel=1e-3, what="a number").startswith("close, but")
+    assert exercises.compare(2.0 * 1.08, one, rel=1e-3, what="a number").startswith("close, but")
     assert exercises.compare(0.0, exercises.scalar(0.0), rel=1e-3, what="a number") is None
     assert exercises.compare(1.0, exercises.scalar(0.0), rel=1e-3, what="a number") == (
         "that is not the expected value.")
+
+
+def test_compare_tells_a_whole_number_by_how_much_it_misses():
+    """A count that misses by a few per cent is not 'close' (which suggests rounding): it is
+    told by how much, and that a count must match exactly."""
+    count = exercises.scalar(9_216_000)
+    assert exercises.compare(9_179_136, count, rel=1e-6, what="a count") == (
+        "that whole number is 0.4% smaller than the expected one; a count is right only when "
+        "it matches exactly.")
+    assert exercises.compare(9_252_000.0, count, rel=1e-6, what="a count").startswith(
+        "that whole number is 0.39% larger")
+    assert exercises.compare(9_216_000.5, count, rel=1e-9, what="a count").startswith(
+        "close, but")  # not a whole number: possibly a rounding
+    pair = torch.tensor([100.0, 200.0], dtype=torch.float64)
+    assert exercises.compare([101, 202], pair, rel=1e-6, what="two counts") == (
+        "whole numbers off by up to 1%; a count is right only when it matches exactly.")
+
+
+def test_compare_names_a_mistake_made_exactly_even_within_the_tolerance():
+    """A catalogued mistake that moves the answer less than the tolerance is still named when
+    the answer equals it to nine digits; an answer merely near it is accepted."""
+    expected = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    slip = torch.tensor([1.002, 2.0], dtype=torch.float64)
+    mistakes = ((slip, "that is the slip."),)
+    assert exercises.compare([1.002, 2.0], expected, rel=0.01, what="two numbers",
+                             mistakes=mistakes) == "that is the slip."
+    assert exercises.compare([1.001, 2.0], expected, rel=0.01, what="two numbers",
+                             mistakes=mistakes) is None
+    assert exercises.compare([1.0, 2.0], expected, rel=0.01, what="two numbers",
+                             mistakes=mistakes) is None

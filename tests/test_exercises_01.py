@@ -68,7 +68,8 @@ def test_the_edit_answer_is_the_linear_update():
         ("01.1", "a third", "expected five weights"),
         ("01.1", [2 / 3, 1 / 3, -2 / 3, -1 / 3, 1.0], "a weight is negative"),
         ("01.3", 2 * CHAT_COST, "count each multiply-add once"),
-        ("01.3", CHAT_COST // 2, "one of the two products only"),
+        ("01.3", CHAT_COST // 2, "count both products"),
+        ("01.3", 12 * 3000 * (64 + 64), "count both products"),  # both at width 64: half too
         ("01.3", 3000 * 3000 * 256, "only the question's N_Q tokens are queries"),
         ("01.3", CHAT_COST * 1000, "factor of 10^3"),
         ("01.4", Y_BEFORE, "output before the edit"),

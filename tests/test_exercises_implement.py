@@ -242,6 +242,7 @@ def _card_loss_of(model, card) -> None:
     assert round(train.evaluate(model, ids, targets)["loss"], 5) == card["held_out"]["loss"]
 
 
+@pytest.mark.slow
 def test_the_readers_functions_run_the_trained_models_at_the_cards_loss():
     """What lessons 02, 05, 06 and 08 do after their solutions: the exercises' references,
     put into the shipped models through attnlib's seam (with_attention, caches=), give the

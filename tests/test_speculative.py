@@ -85,6 +85,7 @@ def _sequence_probs(model, prompt, n_new, temperature):
     return out
 
 
+@pytest.mark.slow
 def test_sampled_sequences_follow_the_target():
     """Many seeded draws of two tokens: the empirical distribution of the 9 sequences is
     within the bound's tolerance of the target's exact one, and far from the draft's."""

@@ -68,6 +68,7 @@ def test_train_rejects_bad_arguments():
         train.train(model, lambda: None, steps=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(train.RECIPES))
 def test_fifty_steps_of_each_recipe_lower_the_loss(name):
     """Each recipe's model, optimiser settings and data, at a smaller batch (not timed)."""
@@ -129,6 +130,7 @@ def test_each_control_converts_nothing_and_each_other_fine_tune_something():
                    for v in train.FINETUNES[name].values)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", LOSSY)
 def test_fifty_steps_of_each_fine_tune_recover_loss_after_the_conversion(name):
     """Each conversion of its shipped base at the strongest cut, then 50 steps of its recipe

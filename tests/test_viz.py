@@ -318,6 +318,7 @@ def test_explorer_outside_colab_displays_the_figure_itself(monkeypatch):
     assert len(shown) == 1 and isinstance(shown[0], go.Figure)
 
 
+@pytest.mark.slow
 def test_explorer_output_receives_the_figure_in_a_kernel(tmp_path, monkeypatch):
     """Run the explorer in a real kernel: its Output widget must hold the plotly figure."""
     nbformat = pytest.importorskip("nbformat")

@@ -32,7 +32,9 @@ from attnlib._checks import (
 from attnlib.core.masks import causal_mask
 from attnlib.device import work_dtype
 
-__all__ = ["KERNELS", "attention", "attention_weights", "row_normalise", "similarity"]
+__all__ = [
+    "KERNELS", "attention", "attention_weights", "online_softmax", "row_normalise", "similarity",
+]
 
 Kernel = str | Callable[[torch.Tensor], torch.Tensor]
 
@@ -306,3 +308,75 @@ def _check_attention(Q, K, V, kernel, mask, causal, scale, impl="auto") -> None:
     check_kernel(kernel, KERNELS)
     logits = (*batch, Q.shape[-2], K.shape[-2])
     check_attention_options(mask, causal, scale, impl, logits=logits, device=Q.device)
+
+
+def online_softmax(
+    Q: torch.Tensor,
+    K: torch.Tensor,
+    V: torch.Tensor,
+    *,
+    scale: float,
+    block_size: int,
+    positions: torch.Tensor | None = None,
+    on_tile: Callable[..., None] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The online softmax over blocks of keys: ``(Y, L)``, with no ``N_Q x N_KV`` matrix.
+
+    It checks nothing: :func:`attnlib.analysis.flash.tiled_attention` and
+    :func:`attnlib.kernels.tiled_forward` check their arguments and call it. The loop's
+    derivation, and the contract for a row that sees no key, are in
+    :mod:`attnlib.analysis.flash`.
+
+    Args:
+        Q: ``(..., N_Q, d_QK)`` queries, ``K`` ``(..., N_KV, d_QK)`` keys and ``V``
+            ``(..., N_KV, d_V)`` values, whose batch dimensions broadcast.
+        scale: multiplies ``Q K^T``.
+        block_size: keys per block.
+        positions: ``(N_Q,)`` the queries' positions for a causal mask (a query at ``p``
+            sees the keys ``j <= p``; the key blocks after the last query's position are
+            skipped), or None for no mask.
+        on_tile: called after each key block as ``on_tile(j0, m, l, acc)``: its first key,
+            then the running max ``(..., N_Q, 1)``, running sum ``(..., N_Q, 1)`` and
+            unnormalised output ``(..., N_Q, d_V)`` (the loop's own tensors).
+
+    Returns:
+        ``Y (..., N_Q, d_V)`` and the row log-sum-exp of the scaled scores ``L (..., N_Q)``,
+        both in ``work_dtype(Q.dtype)`` (float32 for half precision); a row that sees no key
+        has ``Y = 0`` and ``L = -inf``.
+
+    Example:
+        >>> Q, K, V = torch.randn(3, 4, 2, dtype=torch.float64).unbind(0)
+        >>> Y, L = online_softmax(Q, K, V, scale=1.0, block_size=3)
+        >>> torch.allclose(L, torch.logsumexp(Q @ K.T, -1))
+        True
+
+    Lesson: 09_frontier (the loop), 13_attention_as_a_kernel (``L`` and the tiles).
+    """
+    work = work_dtype(Q.dtype)  # half precision: work in float32
+    Qs = Q.to(work) * scale
+    n_kv = K.shape[-2]
+    batch = torch.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2])
+    rows = (*batch, Q.shape[-2], 1)
+    m = torch.full(rows, -math.inf, dtype=work, device=Q.device)  # running max
+    l = torch.zeros(rows, dtype=work, device=Q.device)  # running normaliser
+    acc = torch.zeros((*batch, Q.shape[-2], V.shape[-1]), dtype=work, device=Q.device)
+    stop = n_kv if positions is None else min(n_kv, int(positions.max()) + 1)
+    for start in range(0, stop, block_size):
+        end = min(start + block_size, n_kv)
+        S = Qs @ K[..., start:end, :].to(work).mT  # (..., N_Q, block) scaled scores
+        if positions is not None:  # key j is hidden from a query at p when j > p
+            hidden = torch.arange(start, end, device=Q.device)[None, :] > positions[:, None]
+            S = S.masked_fill(hidden, -math.inf)
+        m_new = torch.maximum(m, S.amax(dim=-1, keepdim=True))
+        # A row that has seen no visible key yet keeps m = -inf; shift it by 0 instead, so
+        # that its weights are exp(-inf) = 0 rather than exp(-inf + inf) = NaN.
+        shift = torch.where(m_new == -math.inf, 0.0, m_new)
+        alpha = torch.exp(m - shift)  # rescales the old sums; exp(-inf) = 0 at the start
+        P = torch.exp(S - shift)  # (..., N_Q, block) this block's weights, unnormalised
+        l = alpha * l + P.sum(dim=-1, keepdim=True)
+        acc = alpha * acc + P @ V[..., start:end, :].to(work)
+        m = m_new
+        if on_tile is not None:
+            on_tile(start, m, l, acc)
+    l = torch.where(l > 0, l, 1.0)  # a row that saw no key: l = 0, so Y = 0 and L = m = -inf
+    return acc / l, (m + torch.log(l)).squeeze(-1)

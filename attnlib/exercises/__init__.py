@@ -267,9 +267,13 @@ def compare(
     """Compare numbers: type, then shape, then known mistakes, order, sign and magnitude.
 
     A wrong answer that is none of the known ``mistakes`` gets a description of what
-    differs, not a guess at the mistake: the right numbers in another order, the entries
+    differs, not a guess at the mistake: the right numbers in other places, the entries
     whose sign differs, one common factor (a power of ten or another), how close it is, or
-    which entries are off.
+    which entries are off. An answer equal to a known mistake to nine digits gets that
+    mistake's hint even when it lies within ``rel`` of the expected answer (a mistake that
+    moves the answer less than the tolerance allows for rounding). A whole-number answer
+    that misses a whole-number expected value by a few per cent is told by how much, not
+    that it is close: a count is right only when it matches.
     """
     got = as_tensor(answer)
     if got is None:
@@ -279,17 +283,24 @@ def compare(
                 f"{tuple(got.shape)}.")
     if not bool(torch.isfinite(got).all()):
         return "your answer contains nan or inf."
+    if not torch.allclose(got, expected, rtol=_EXACT, atol=0.0):
+        for wrong, hint in mistakes:  # a mistake within the tolerance, made exactly
+            if torch.allclose(got, wrong, rtol=_EXACT, atol=0.0):
+                return hint
     if torch.allclose(got, expected, rtol=rel, atol=0.0):
         return None
     for wrong, hint in mistakes:
         if torch.allclose(got, wrong, rtol=rel, atol=0.0):
             return hint
+    off = ~torch.isclose(got, expected, rtol=rel, atol=0.0)
     if got.numel() > 1 and torch.allclose(got.flatten().sort().values,
                                           expected.flatten().sort().values, rtol=rel, atol=0.0):
-        return ("these are the right numbers in the wrong order: check the order the question "
-                "asks for.")
+        # A permutation of the right numbers: a wrong order, or another input whose answer
+        # happens to permute this one (a mirrored query); the check cannot tell which.
+        return (f"the values are right as a set, but {_entries(off)} hold values that belong "
+                "elsewhere: the order differs from the one the question asks for, or these "
+                "were computed for another input.")
     flipped = (got * expected) < 0
-    off = ~torch.isclose(got, expected, rtol=rel, atol=0.0)
     if bool(flipped.any()):
         size_right = torch.isclose(got.abs(), expected.abs(), rtol=max(rel, 0.1), atol=0.0)
         if bool(size_right[flipped].all()) and not bool(off[~flipped].any()):  # signs only
@@ -305,22 +316,36 @@ def compare(
         return f"{_entries(off)} {verb} off; the others are right."
     if bool((expected != 0).all()):
         ratios = got / expected
-        ratio = float(ratios.median())
-        if float((ratios - 1).abs().max()) <= 0.1:
-            worst = float((ratios - 1).abs().max())
-            return (f"close, but not within the tolerance: off by up to {100 * worst:.2g}% "
-                    f"where the check allows {100 * rel:.2g}%.")
-        if ratio > 0 and float((ratios / ratio - 1).abs().max()) <= 0.1:  # a common factor
-            power = round(math.log10(ratio))
-            if power != 0 and abs(math.log10(ratio) - power) < 0.05:
-                percent = " (a percentage is 100 times a fraction)" if abs(power) == 2 else ""
-                return (f"off by a factor of 10^{power}: check the units and powers of "
-                        f"ten{percent}.")
-            side = "large" if ratio > 1 else "small"
-            return f"the magnitude is off: your answer is about {ratio:.2g} times too {side}."
+        worst = float((ratios - 1).abs().max())
+        if worst <= 0.1:
+            whole = bool((expected == expected.round()).all() and (got == got.round()).all())
+            if not whole:
+                return (f"close, but not within the tolerance: off by up to {100 * worst:.2g}% "
+                        f"where the check allows {100 * rel:.2g}%.")
+            if got.numel() == 1:  # a count: a miss is a miss, not a rounding
+                side = "larger" if float(ratios) > 1 else "smaller"
+                return (f"that whole number is {100 * worst:.2g}% {side} than the expected "
+                        "one; a count is right only when it matches exactly.")
+            return (f"whole numbers off by up to {100 * worst:.2g}%; a count is right only "
+                    "when it matches exactly.")
+        if bool((ratios > 0).all()):
+            ratio = math.exp(float(ratios.log().mean()))  # geometric mean
+            agree = float((ratios / ratio - 1).abs().max()) <= _COMMON
+            if agree and abs(ratio - 1) > 0.1:  # one common factor, clearly not 1
+                power = round(math.log10(ratio))
+                if power != 0 and abs(math.log10(ratio) - power) < 0.05:
+                    percent = " (a percentage is 100 times a fraction)" if abs(power) == 2 else ""
+                    return (f"off by a factor of 10^{power}: check the units and powers of "
+                            f"ten{percent}.")
+                side = "large" if ratio > 1 else "small"
+                return f"the magnitude is off: your answer is about {ratio:.2g} times too {side}."
     if got.numel() > 1:
         return "every entry is off, and not by one common factor."
     return "that is not the expected value."
+
+
+_EXACT = 1e-9  # an answer this close to a catalogued mistake is that mistake
+_COMMON = 0.02  # entries off by factors this close to one another share a common factor
 
 
 def _entries(where: torch.Tensor) -> str:

@@ -18,9 +18,16 @@ def _embedding_shares():
     """Shares of the input E in Llama 3 8B, Mistral 7B and Llama 3 70B (fractions)."""
     nominal = ((LLAMA3_8B, 8e9), (MISTRAL_7B, 7e9), (LLAMA3_70B, 70e9))
     expected = torch.tensor([s.embedding_params / n for s, n in nominal], dtype=torch.float64)
+    specials = {LLAMA3_8B.name: 256, LLAMA3_70B.name: 256}  # Llama 3's reserved tokens
+    without_specials = torch.tensor(  # the BPE vocabulary alone: 128,000 rows for Llama 3
+        [(s.vocab_size - specials.get(s.name, 0)) * s.d_model / n for s, n in nominal],
+        dtype=torch.float64)
     return expected, (
         (2 * expected, "these count E twice: the question asks for the input E only, not E "
                        "plus an output head."),
+        (without_specials, "these give Llama 3 128,000 rows; its E has N_T = 128,256 "
+                           "(LLAMA3_8B.vocab_size): the 256 reserved special tokens have rows "
+                           "too."),
     )
 
 

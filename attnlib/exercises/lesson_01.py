@@ -55,8 +55,10 @@ def _chat_cost():
     return scalar(expected), (
         (scalar(2 * expected), "that counts a multiply and an add separately; count each "
                                "multiply-add once."),
-        (scalar(expected // 2), "that is one of the two products only; add Q K^T (d_QK per "
-                                "entry) and A V (d_V per entry)."),
+        # Half the count: one product only, or both products at half the width (d = 64).
+        (scalar(expected // 2), "that is half the count: Q K^T takes d_QK = 128 multiply-adds "
+                                "per entry and A V d_V = 128 per entry; count both products, "
+                                "each at its width."),
         (scalar(n_kv * n_kv * 2 * width), "that recomputes every token of the conversation; "
                                           "only the question's N_Q tokens are queries."),
     )

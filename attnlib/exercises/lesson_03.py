@@ -120,6 +120,10 @@ def _multi_head_attention() -> Implementation:
     def strided(X, W_Q, W_K, W_V, W_O, n_heads):
         return _mha(X, W_Q, W_K, W_V, W_O, n_heads, split=_split_strided, merge=_merge_strided)
 
+    def input_slices(X, W_Q, W_K, W_V, W_O, n_heads):
+        return _mha(X, W_Q, W_K, W_V, W_O, n_heads, split=split_heads, merge=merge_heads,
+                    scale=(W_Q.shape[0] // n_heads) ** -0.5)
+
     def model_width(X, W_Q, W_K, W_V, W_O, n_heads):
         return _mha(X, W_Q, W_K, W_V, W_O, n_heads, split=split_heads, merge=merge_heads,
                     scale=W_Q.shape[1] ** -0.5)
@@ -145,4 +149,7 @@ def _multi_head_attention() -> Implementation:
                              "X W_Q, not every H-th column: reshape to (..., N, H, d_head)."),
             Mistake(model_width, "each head scales its logits by 1/sqrt(d_head), its own "
                                  "width, not by 1/sqrt(H d_head)."),
+            Mistake(input_slices, "each head scales its logits by 1/sqrt(d_head) with d_head "
+                                  "= W_Q.shape[1] // H, the columns of W_Q; d_in // H from its "
+                                  "rows agrees only when H d_head = d_in."),
         ))

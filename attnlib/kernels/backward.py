@@ -14,7 +14,7 @@ and, given ``dO`` (the gradient of the loss with respect to ``O``)::
 
 ``attention_backward`` computes these with the N x M matrices ``P`` and ``dP`` whole.
 ``tiled_forward`` is FlashAttention-2's forward: each block of query rows runs the online
-softmax of :func:`attnlib.analysis.flash.online_softmax` over the key blocks, keeping ``O``
+softmax of :func:`attnlib.core.functional.online_softmax` over the key blocks, keeping ``O``
 and the row log-sum-exp ``L = max + log(sum exp)`` and never an N x M matrix;
 ``tiled_backward`` rebuilds each tile of ``P = exp(S - L)`` from ``L`` and accumulates
 ``dQ, dK, dV`` tile by tile.
@@ -38,7 +38,7 @@ import math
 import torch
 
 from attnlib._checks import check_positive_float, check_positive_int, check_qkv, check_tensor
-from attnlib.analysis.flash import online_softmax
+from attnlib.core.functional import online_softmax
 from attnlib.core.heads import repeat_kv
 from attnlib.core.masks import causal_mask, query_positions
 

@@ -77,7 +77,49 @@ def _by_d(Q, K, V):
     return E / E.sum(dim=-1, keepdim=True) @ V
 
 
+def _max_no_keepdim(Q, K, V):
+    """Subtracts the row maxima without keepdim, which broadcasts them along the wrong axis."""
+    S = Q @ K.mT / Q.shape[-1] ** 0.5
+    E = torch.exp(S - S.amax(dim=-1))
+    return E / E.sum(dim=-1, keepdim=True) @ V
+
+
+def _column_max(Q, K, V):
+    """Subtracts each key's column maximum, which need not bound the row."""
+    S = Q @ K.mT / Q.shape[-1] ** 0.5
+    E = torch.exp(S - S.amax(dim=-2, keepdim=True))
+    return E / E.sum(dim=-1, keepdim=True) @ V
+
+
+def _value_width(Q, K, V):
+    """Scales by the values' width d_V."""
+    S = Q @ K.mT / V.shape[-1] ** 0.5
+    E = torch.exp(S - S.amax(dim=-1, keepdim=True))
+    return E / E.sum(dim=-1, keepdim=True) @ V
+
+
+def _unshifted_sum(Q, K, V):
+    """Divides the shifted exponentials by the sum of the unshifted ones."""
+    S = Q @ K.mT / Q.shape[-1] ** 0.5
+    E = torch.exp(S - S.amax(dim=-1, keepdim=True))
+    return E / torch.exp(S).sum(dim=-1, keepdim=True) @ V
+
+
+def _largest_magnitude(Q, K, V):
+    """Subtracts the largest |logit|, which underflows a row of large negative logits."""
+    S = Q @ K.mT / Q.shape[-1] ** 0.5
+    E = torch.exp(S - S.abs().amax(dim=-1, keepdim=True))
+    return E / E.sum(dim=-1, keepdim=True) @ V
+
+
+def _size_1(Q, K, V):
+    """Takes d_QK from Q.size(1), which is N_Q once a batch axis leads."""
+    return torch.softmax(Q @ K.mT / math.sqrt(Q.size(1)), dim=-1) @ V
+
+
 F16_MAX, BF16_MAX = 65504.0, 3.3895313892515355e38
+F32_MAX = 3.4028234663852886e38
+F16_TINY, BF16_TINY = 6.103515625e-05, 1.1754943508222875e-38
 
 PLANTED = [
     # 02.1: the output for q = (2, 0)
@@ -88,6 +130,13 @@ PLANTED = [
     Planted("02.1", "rounded to one decimal", round(Y2, 1), names=r"close"),
     Planted("02.1", "the doubled query with no 1/sqrt(2)", _worked([1.0, 0.0, -1.0])[1],
             avoid=r"q = \(1, 0\)|twice"),
+    Planted("02.1", "the hard lookup: the best key's value", 10.0,
+            avoid=r"q = \(1, 0\)|twice|close"),
+    Planted("02.1", "the values read in reverse order",
+            sum(p * v for p, v in zip(P2, VALUES[::-1], strict=True)),
+            avoid=r"q = \(1, 0\)|twice|close"),
+    Planted("02.1", "the query (0, 2)", _worked([0.0, 2 / math.sqrt(2), 0.0])[1],
+            avoid=r"q = \(1, 0\)|twice|close"),
     # 02.2: dy/ds_j
     Planted("02.2", "p_j (v_j - mean of v)",
             [p * (v - 20.0) for p, v in zip(P, VALUES, strict=True)],
@@ -96,6 +145,14 @@ PLANTED = [
     Planted("02.2", "the gradient in the order j = 2, 1, 0", GRADIENT[::-1], names=r"order"),
     Planted("02.2", "the gradient with respect to q", [GRADIENT[0] - GRADIENT[2], GRADIENT[1]],
             names=r"shape"),
+    Planted("02.2", "the -p p^T part only", [-p * Y for p in P],
+            avoid=r"diag|dot products|multiply by p_j|order"),
+    Planted("02.2", "the logits without 1/sqrt(2)", (lambda p, y: [
+        pj * (v - y) for pj, v in zip(p, VALUES, strict=True)])(*_worked([1.0, 0.0, -1.0])),
+            avoid=r"diag|dot products|multiply by p_j|order"),
+    Planted("02.2", "the gradient for the doubled query of 02.1",
+            [p * (v - Y2) for p, v in zip(P2, VALUES, strict=True)],
+            avoid=r"diag|dot products|multiply by p_j|order"),
     # 02.4: ln of the largest float16 and bfloat16
     Planted("02.4", "log2 of the largest numbers", [math.log2(F16_MAX), math.log2(BF16_MAX)],
             avoid=r"log10|natural"),
@@ -103,6 +160,10 @@ PLANTED = [
     Planted("02.4", "float16 only", math.log(F16_MAX), names=r"shape"),
     Planted("02.4", "bfloat16 first", [math.log(BF16_MAX), math.log(F16_MAX)],
             names=r"float16 first"),
+    Planted("02.4", "float32's largest for float16's", [math.log(F32_MAX), math.log(BF16_MAX)],
+            names=r"float16"),
+    Planted("02.4", "the smallest normal numbers (underflow)",
+            [math.log(F16_TINY), math.log(BF16_TINY)], avoid=r"log10|natural|float16 first"),
     # 02.5: attend(Q, K, V)
     Planted("02.5", "logits not scaled by 1/sqrt(d)", _no_scale, names=r"sqrt|scale"),
     Planted("02.5", "softmax over the keys' column", _columns, names=r"over the queries"),
@@ -112,4 +173,10 @@ PLANTED = [
     Planted("02.5", "computed in float32", _in_float32, names=r"float32"),
     Planted("02.5", "the whole matrix's maximum", _matrix_max, names=r"row's own maximum"),
     Planted("02.5", "scaled by 1/d", _by_d, names=r"not 1/d_QK"),
+    Planted("02.5", "row maxima without keepdim", _max_no_keepdim),
+    Planted("02.5", "each column's maximum subtracted", _column_max),
+    Planted("02.5", "scaled by sqrt(d_V)", _value_width),
+    Planted("02.5", "shifted numerator over the unshifted sum", _unshifted_sum),
+    Planted("02.5", "the largest |logit| subtracted", _largest_magnitude),
+    Planted("02.5", "d_QK from Q.size(1)", _size_1),
 ]
