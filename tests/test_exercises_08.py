@@ -32,6 +32,8 @@ def test_hand_values():
         ("08.1", ANGLE),
         ("08.1", round(ANGLE, 4)),
         ("08.1", torch.tensor(ANGLE)),
+        ("08.1", torch.tensor([[ANGLE]])),  # q_R @ k_R.T of two rows
+        ("08.1", np.array([ANGLE])),
         ("08.2", WAVELENGTH),
         ("08.2", np.float64(WAVELENGTH)),
         ("08.2", 2_559_196),
@@ -53,6 +55,9 @@ def test_right_answers_are_correct(label, answer, capsys):
         ("08.1", math.cos(3), "that is the cosine"),
         ("08.1", math.sin(math.radians(3)), "radians, not degrees"),
         ("08.1", ANGLE / math.sqrt(2), "without the 1/sqrt(d) scaling"),
+        ("08.1", math.sin(7), "turns the query only"),
+        ("08.1", -math.sin(4), "turns the key only"),
+        ("08.1", torch.tensor([[-ANGLE]]), "sin(n - m)"),
         ("08.1", [ANGLE, ANGLE], "of shape ()"),
         ("08.1", "0.14", "got a str"),
         ("08.2", WAVELENGTH / (2 * math.pi), "positions per radian"),

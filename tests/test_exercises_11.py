@@ -17,8 +17,9 @@ def test_hand_values():
     assert PAGED == 3600 and abs(TOKENS - 3.3616) < 1e-12
 
 
-@pytest.mark.parametrize(("label", "answer"), [("11.1", PAGED), ("11.2", TOKENS),
-                                               ("11.2", 3.362)])
+@pytest.mark.parametrize(("label", "answer"), [("11.1", PAGED), ("11.1", float(PAGED)),
+                                               ("11.1", torch.tensor(PAGED)),
+                                               ("11.2", TOKENS), ("11.2", 3.362)])
 def test_right_answers_are_correct(label, answer, capsys):
     assert_correct(label, answer, capsys)
 
@@ -30,6 +31,9 @@ def test_right_answers_are_correct(label, answer, capsys):
     ("11.2", 0.8 * 4 + 1, "stops at the first rejection"),
     ("11.2", 1 + 0.8 + 0.64 + 0.512, "forgets the token the target adds"),
     ("11.2", 5.0, "k = infinity"),
+    ("11.2", 1 + 0.8 + 0.64 + 0.512 + 0.4096 + 0.32768, "as if the draft proposed 5"),
+    ("11.1", 3552, "shared blocks"),
+    ("11.1", 3600.5, "a whole number of token slots"),
 ])
 def test_wrong_numbers_get_their_hint(label, answer, hint, capsys):
     assert_hint(label, answer, hint, capsys)

@@ -8,20 +8,19 @@ import torch
 
 from attnlib.analysis.memory import DEEPSEEK_V2, LLAMA3_8B
 from attnlib.core.rope import Llama3Scaling, apply_rope, rope_frequencies
-from attnlib.exercises import numbers, scalar, whole_number
+from attnlib.exercises import as_tensor, checker, compare, numbers, scalar, whole_number
 
 
-@numbers("08.1", rel=1e-3, what="one number, the dot product (a float)")
-def _rope_angle():
-    """<q R_7, k R_4> for d = 2, q = (1, 0), k = (0, 1): sin(7 - 4) = sin 3."""
+def _rope_dot(m: int, n: int) -> float:
+    """<q R_m, k R_n> for exercise 08.1's d = 2, q = (1, 0) and k = (0, 1), as rows."""
     q = torch.tensor([[1.0, 0.0]], dtype=torch.float64)
     k = torch.tensor([[0.0, 1.0]], dtype=torch.float64)
+    return float(apply_rope(q, torch.tensor([m])) @ apply_rope(k, torch.tensor([n])).T)
 
-    def dot(m: int, n: int) -> float:
-        return float(apply_rope(q, torch.tensor([m])) @ apply_rope(k, torch.tensor([n])).T)
 
-    expected = dot(7, 4)
-    return scalar(expected), (
+def _rope_angle_mistakes() -> list[tuple[torch.Tensor, str]]:
+    expected = _rope_dot(7, 4)
+    return [
         (scalar(-expected), "the sign is flipped: that is sin(n - m); the query at m = 7 has "
                             "turned 3 radians further than the key, not less."),
         (scalar(math.sin(7 + 4)), "that adds the angles (m + n); rotating the key too "
@@ -32,7 +31,25 @@ def _rope_angle():
                                             "(theta_0 = 1 radian per position)."),
         (scalar(expected / math.sqrt(2)), "the question asks for the plain dot product, "
                                           "without the 1/sqrt(d) scaling."),
-    )
+        (scalar(_rope_dot(7, 0)), "that turns the query only; the key at n = 4 turns too, by 4 "
+                                  "radians, and only the difference of the angles is left."),
+        (scalar(_rope_dot(0, 4)), "that turns the key only; the query at m = 7 turns too, by 7 "
+                                  "radians, and only the difference of the angles is left."),
+    ]
+
+
+@checker("08.1", mistakes=_rope_angle_mistakes)
+def _rope_angle(answer: object) -> str | None:
+    """<q R_7, k R_4> for d = 2, q = (1, 0), k = (0, 1): sin(7 - 4) = sin 3.
+
+    A number in any one-element shape is read as that number: ``q_R @ k_R.T`` of two rows
+    gives a (1, 1) tensor.
+    """
+    got = as_tensor(answer)
+    if got is not None and got.numel() == 1:
+        answer = got.reshape(())
+    return compare(answer, scalar(_rope_dot(7, 4)), rel=1e-3,
+                   what="one number, the dot product (a float)", mistakes=_rope_angle_mistakes())
 
 
 @numbers("08.2", rel=1e-3, what="one wavelength, in positions (a float)")

@@ -32,6 +32,20 @@ def _online_mistakes() -> list[tuple[torch.Tensor, str]]:
                               "weighted by their shares of the normaliser l."),
         (scalar(float(v.mean())), "that is the plain mean of the values: the weights are a "
                                   "softmax of the logits, not uniform."),
+        (scalar(float(t[:, 0] @ v[:, 0] / t.sum())), "that weighs the values by the logits "
+                                                     "themselves; the weights are e^(logit), "
+                                                     "computed as e^(logit - m)."),
+        (scalar(float(torch.softmax(t[2:, 0], 0) @ v[2:, 0])), "that is the second block "
+                                                               "alone; the first block's "
+                                                               "terms stay in l and o, "
+                                                               "rescaled by e^(2 - 4)."),
+        (scalar(float(torch.softmax(t[:2, 0], 0) @ v[:2, 0])), "that is the first block "
+                                                               "alone; the second block adds "
+                                                               "its terms to l and o."),
+        (scalar(float(torch.softmax(t[:, 0] / 2, 0) @ v[:, 0])), "that divides the logits by "
+                                                                 "2; they are given as logits, "
+                                                                 "already scaled: use them as "
+                                                                 "they are."),
     ]
 
 
@@ -49,18 +63,27 @@ def _online_softmax_output(answer: object) -> str | None:
 
 @whole_number("09.2", what="a whole number of bytes", floats="whole")
 def _recurrent_state_bytes():
-    """Bytes of the linear-attention state of one sequence: 48 layers, 32 heads, r = d_V = 128."""
-    layers, heads, r, d_v = 48, 32, 128, 128
-    state = LinearAttentionState(lambda x: x.abs())  # any feature map that keeps r = 128
+    """Bytes of the linear-attention state of one sequence: 48 layers, 32 heads, r = 128
+    features, values of width d_V = 64 (r differs from d_V, so that a state counted with
+    the one width in place of the other is caught)."""
+    layers, heads, r, d_v = 48, 32, 128, 64
+    state = LinearAttentionState(lambda x: x.abs())  # a feature map that keeps r = d_QK
     state.step(torch.ones(heads, r, dtype=torch.bfloat16),
                torch.ones(heads, r, dtype=torch.bfloat16),
                torch.ones(heads, d_v, dtype=torch.bfloat16))
     hints = (
         (layers * heads * r * d_v * 2, "that counts S_t only; the state also holds the "
                                        "normaliser z_t, r more numbers per head."),
-        (layers * heads * (r * d_v + r), "that counts numbers; bfloat16 takes 2 bytes each."),
+        (layers * heads * (r * d_v + r), "that is half the answer: count bytes, 2 for each "
+                                         "bfloat16 number, over all 48 layers."),
         (heads * (r * d_v + r) * 2, "that is one layer; the question asks for all 48."),
         (layers * heads * (r * d_v + r) * 4, "that is float32; bfloat16 takes 2 bytes."),
+        (layers * heads * (r * d_v + d_v) * 2, "that gives z_t d_V numbers; z_t sums the "
+                                               "features phi(k_j), r numbers per head."),
+        (layers * heads * (r * r + r) * 2, "that makes S_t r x r; it sums phi(k_j)^T v_j, "
+                                           "r x d_V numbers per head."),
+        (layers * heads * (d_v * d_v + r) * 2, "that makes S_t d_V x d_V; it sums "
+                                               "phi(k_j)^T v_j, r x d_V numbers per head."),
     )
     return layers * state.nbytes, hints, ("not quite: per head, S_t has r x d_V numbers and "
                                           "z_t has r; multiply by heads, layers and bytes per "
@@ -78,6 +101,9 @@ def _sparse_query_cost():
         (scalar(index_cost / (2 * d)), "that is the indexer alone; add the attention to the "
                                        "2,048 chosen keys."),
         (scalar(100 * expected), "that is a percentage; give the fraction."),
+        (scalar((n * index_cost + k * d) / (n * 2 * d)), "that counts d multiply-adds per "
+                                                         "chosen key; attending to a key costs "
+                                                         "2d, d for q . k and d for p v."),
     )
 
 
@@ -85,12 +111,89 @@ def _sparse_query_cost():
 # implementation exercises
 
 from attnlib.exercises.implement import (  # noqa: E402
+    Case,
+    CheckFailedError,
     Implementation,
     Mistake,
+    differ,
     function_case,
     implementation,
     randn,
 )
+
+# What may read all the keys at once in a tiled function: slicing, layout, metadata, and
+# new tensors that take only K's or V's dtype and device (V.new_zeros(...)).
+_LAYOUT = frozenset({
+    "new_zeros", "new_ones", "new_full", "new_empty", "new_tensor",
+    "__getitem__", "__setitem__", "__get__", "__len__", "__iter__", "__format__", "__repr__",
+    "split", "split_with_sizes", "chunk", "tensor_split", "unbind", "narrow", "select",
+    "transpose", "t", "permute", "movedim", "swapaxes", "swapdims", "view", "reshape",
+    "flatten", "unflatten", "unsqueeze", "squeeze", "expand", "expand_as", "contiguous",
+    "clone", "detach", "to", "type", "type_as", "float", "double", "half", "bfloat16", "cpu",
+    "size", "dim", "numel", "stride", "element_size", "is_floating_point", "is_contiguous",
+    "pad", "cat", "stack", "roll", "flip"})
+
+
+class _Keys(torch.Tensor):
+    """K or V in exercise 09.5's tiling case, and every tensor computed from them.
+
+    Every operation other than slicing, layout and metadata (:data:`_LAYOUT`) records in
+    ``_Keys.widest`` the longest axis of the inputs it reads from K or V. In the case's
+    shapes only the key axis is longer than ``block_size``, so a function that tiles reads
+    at most ``block_size`` keys in any computation, and exactly that many in a full block.
+    """
+
+    widest = 0
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") not in _LAYOUT:
+            with torch._C.DisableTorchFunctionSubclass():
+                for x in _leaves((args, kwargs or {})):
+                    if isinstance(x, _Keys) and x.dim():
+                        cls.widest = max(cls.widest, max(x.shape))
+        return super().__torch_function__(func, types, args, kwargs)
+
+
+def _leaves(tree: object) -> list[object]:
+    """The objects inside nested tuples, lists and dicts of a call's arguments."""
+    if isinstance(tree, dict):
+        tree = list(tree.values())
+    if isinstance(tree, (tuple, list)):
+        return [leaf for x in tree for leaf in _leaves(x)]
+    return [tree]
+
+
+def _tiling_case(n_kv: int = 23, block_size: int = 5) -> Case:
+    """A case that runs the function on K and V that record what each computation reads,
+    and fails a function whose output is right when a computation reads more keys than
+    ``block_size`` (it is not tiled) or none reads a full block (it ignores ``block_size``);
+    a wrong output is returned as it is, for the usual comparison. The other axes (N_Q = 3,
+    d_QK = 4, d_V = 2) are shorter than the block."""
+    Q, K, V = randn(3, 4, seed=23), randn(n_kv, 4, seed=24), randn(n_kv, 2, seed=25)
+
+    def run(fn):
+        _Keys.widest = 0
+        out = fn(Q.clone(), K.clone().as_subclass(_Keys), V.clone().as_subclass(_Keys),
+                 block_size)
+        widest = _Keys.widest
+        if isinstance(out, torch.Tensor):
+            out = out.as_subclass(torch.Tensor)
+        if differ(out, tiled_attention(Q, K, V, block_size=block_size), "the output"):
+            return out  # a wrong output is reported as one, before how it was computed
+        if widest > block_size:
+            raise CheckFailedError(
+                f"one computation reads {widest} keys of K or V at once, with block_size = "
+                f"{block_size}: slice K and V into blocks and compute on one block at a time, "
+                "never on all the keys")
+        if widest < block_size:
+            raise CheckFailedError(
+                f"your blocks hold at most {widest} keys, with block_size = {block_size}: "
+                "take block_size keys at a time (the last block may be shorter)")
+        return out
+
+    return Case(f"float64, {n_kv} keys in blocks of {block_size}, each computation reading "
+                "one block", run, f"Q {tuple(Q.shape)}, K {tuple(K.shape)}, V {tuple(V.shape)}")
 
 
 def _online(Q, K, V, block_size, *, rescale_sum=True, rescale_out=True, update_max=True):
@@ -161,6 +264,7 @@ def _online_softmax() -> Implementation:
                                        randn(4, 4, seed=20))).to(F32),
                        "K": (1 + 3 * randn(3, 4, seed=21).abs()).to(F32),
                        "V": randn(3, 3, seed=22, dtype=F32), "block_size": 2}),
+        _tiling_case(),
     ]
     return Implementation(
         "a function tiled(Q, K, V, block_size) returning Y", reference, cases, (

@@ -20,7 +20,7 @@ PAGING_LENGTHS = (100, 900, 33, 2048, 470)
 """Exercise 11.1: the tokens five requests end up holding."""
 
 
-@whole_number("11.1", what="a whole number of token slots (an int)")
+@whole_number("11.1", what="a whole number of token slots (an int)", floats="whole")
 def _paged_slots():
     """Token slots a paged cache with blocks of 16 holds for PAGING_LENGTHS."""
     mem = paging_memory(PAGING_LENGTHS, max_tokens=2048, block_size=16)
@@ -32,6 +32,9 @@ def _paged_slots():
         (16 * sum(n // 16 for n in PAGING_LENGTHS), "that rounds each request down to whole "
                                                    "blocks; a partly filled block is held too: "
                                                    "ceil(n_b / s) blocks."),
+        (16 * -(-sum(PAGING_LENGTHS) // 16), "that packs all five requests' tokens into "
+                                             "shared blocks; each block belongs to one "
+                                             "request, so each request rounds up on its own."),
     )
     return mem.paged, hints, "count ceil(n_b / 16) blocks for each request, 16 slots a block."
 
@@ -51,6 +54,11 @@ def _tokens_per_pass():
                                   "a round whose every proposal is kept: the draft proposes "
                                   "only 4, each kept with probability 0.8, and the round stops "
                                   "at the first rejection."),
+        (scalar((1 - alpha ** (k + 2)) / (1 - alpha)), "that sums k + 2 = 6 terms, as if the "
+                                                       "draft proposed 5; it proposes k = 4, "
+                                                       "and with the target's token a round "
+                                                       "emits at most 5: 1 + alpha + ... + "
+                                                       "alpha^4."),
     )
 
 

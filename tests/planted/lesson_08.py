@@ -66,9 +66,63 @@ def _clockwise(X, positions, *, base):
     return _rotate(X, -positions.double()[:, None] * _theta(X.shape[-1], base))
 
 
+def _relative_to_first(X, positions, *, base):
+    """Subtracts the first position from every position."""
+    pos = (positions - positions[0]).double()
+    return _rotate(X, pos[:, None] * _theta(X.shape[-1], base))
+
+
+def _from_smallest(X, positions, *, base):
+    """Counts on from the smallest position."""
+    pos = (torch.arange(X.shape[-2]) + positions.min()).double()
+    return _rotate(X, pos[:, None] * _theta(X.shape[-1], base))
+
+
+def _width_from_axis_1(X, positions, *, base):
+    """Reads the width from X.shape[1] instead of the last axis."""
+    theta = base ** (-2 * torch.arange(X.shape[-1] // 2, dtype=torch.float64) / X.shape[1])
+    return _rotate(X, positions.double()[:, None] * theta)
+
+
+def _width_8(X, positions, *, base):
+    """Divides the exponent by 8, the lesson's width, whatever the input's."""
+    theta = base ** (-2 * torch.arange(X.shape[-1] // 2, dtype=torch.float64) / 8)
+    return _rotate(X, positions.double()[:, None] * theta)
+
+
+def _first_half_only(X, positions, *, base):
+    """Turns the first half and leaves the second as it was."""
+    d = X.shape[-1]
+    angles = positions.double()[:, None] * _theta(d, base)
+    x_1, x_2 = X[..., : d // 2], X[..., d // 2:]
+    return torch.cat((x_1 * angles.cos().to(X.dtype) - x_2 * angles.sin().to(X.dtype), x_2), -1)
+
+
+def _float32_out(X, positions, *, base):
+    """Returns float32 whatever the input's dtype."""
+    return _rotate(X, positions.double()[:, None] * _theta(X.shape[-1], base)).float()
+
+
+def _base_500000(X, positions, *, base):
+    """Ignores base and uses 500,000."""
+    return _rotate(X, positions.double()[:, None] * _theta(X.shape[-1], 500_000.0))
+
+
+def _sorted_positions(X, positions, *, base):
+    """Sorts the positions first."""
+    pos = positions.sort().values.double()
+    return _rotate(X, pos[:, None] * _theta(X.shape[-1], base))
+
+
 PLANTED = [
     # 08.1: <q R_7, k R_4> for q = (1, 0), k = (0, 1)
-    Planted("08.1", "only the query rotated", math.sin(7.0), avoid=r"m \+ n|cosine|degrees"),
+    Planted("08.1", "only the query rotated", math.sin(7.0), names=r"turns the query only"),
+    Planted("08.1", "only the key rotated", -math.sin(4.0), names=r"turns the key only"),
+    Planted("08.1", "pair 1's angle, 1e-4 per position", math.sin(3e-4),
+            avoid=r"degrees|m \+ n|cosine|only"),
+    Planted("08.1", "one product term, cos 7 sin 4", math.cos(7.0) * math.sin(4.0),
+            avoid=r"m \+ n|cosine|degrees|only"),
+    Planted("08.1", "sin(-11)", math.sin(-11.0), avoid=r"m \+ n|adds|only"),
     Planted("08.1", "neither rotated", 0.0, avoid=r"m \+ n|cosine|degrees|sign"),
     Planted("08.1", "n - m", math.sin(4.0 - 7.0), names=r"sign"),
     Planted("08.1", "the angle 3 itself", 3.0, avoid=r"m \+ n|cosine|degrees"),
@@ -79,6 +133,14 @@ PLANTED = [
             avoid=r"10,000|positions per radian|model width"),
     Planted("08.2", "pair 64, one past the last", 2 * math.pi * BASE, names=r"126/128"),
     Planted("08.2", "the fastest pair", 2 * math.pi, avoid=r"10,000|positions per radian"),
+    Planted("08.2", "pair 62", 2 * math.pi * BASE ** (124 / 128),
+            avoid=r"10,000|positions per radian|exponent|3\.1"),
+    Planted("08.2", "half a turn", math.pi * BASE ** (126 / 128),
+            avoid=r"10,000|positions per radian|exponent|3\.1"),
+    Planted("08.2", "base 1,000,000", 2 * math.pi * 1e6 ** (126 / 128),
+            avoid=r"10,000|positions per radian|exponent|3\.1"),
+    Planted("08.2", "head width 64", 2 * math.pi * BASE ** (126 / 64),
+            avoid=r"10,000|positions per radian|3\.1"),
     # 08.4: cached numbers per token and layer with a rotary key per head
     Planted("08.4", "the shared rotary key", D_L + D_R, names=r"real design"),
     Planted("08.4", "a latent per head too", H * (D_L + D_R),
@@ -87,6 +149,11 @@ PLANTED = [
     Planted("08.4", "the rotary keys alone", H * D_R, names=r"latent"),
     Planted("08.4", "bytes in bf16", 2 * (D_L + H * D_R),
             avoid=r"real design|alone|multi-head|query|layers"),
+    Planted("08.4", "64 heads", D_L + 64 * D_R, avoid=r"real design|alone|multi-head|query|layers"),
+    Planted("08.4", "the shared key kept as well", D_L + (H + 1) * D_R,
+            avoid=r"real design|alone|multi-head|query|layers"),
+    Planted("08.4", "widths swapped", D_R + H * D_L,
+            avoid=r"real design|alone|multi-head|query|layers"),
     # 08.5: rope at given positions
     Planted("08.5", "positions counted on from the first", _counts_from_first),
     Planted("08.5", "base 10,000 always", _base_10000),
@@ -94,4 +161,18 @@ PLANTED = [
     Planted("08.5", "interleaved pairs", _pairs_interleaved, names=r"interleaved"),
     Planted("08.5", "pairs numbered from 1", _i_from_one),
     Planted("08.5", "rotated by -m theta", _clockwise, names=r"other way"),
+    Planted("08.5", "positions relative to the first", _relative_to_first,
+            avoid=r"interleaved|other way|base\^\(-i/d\)"),
+    Planted("08.5", "counted on from the smallest position", _from_smallest,
+            avoid=r"interleaved|other way|base\^\(-i/d\)"),
+    Planted("08.5", "width read from axis 1", _width_from_axis_1,
+            avoid=r"interleaved|other way|number the rows"),
+    Planted("08.5", "exponent over 8", _width_8, avoid=r"interleaved|other way|number the rows"),
+    Planted("08.5", "first half turned only", _first_half_only,
+            avoid=r"interleaved|other way|number the rows|base\^\(-i/d\)"),
+    Planted("08.5", "float32 out", _float32_out, names=r"dtype"),
+    Planted("08.5", "base 500,000 always", _base_500000,
+            avoid=r"interleaved|other way|number the rows"),
+    Planted("08.5", "positions sorted", _sorted_positions,
+            avoid=r"interleaved|other way|base\^\(-i/d\)"),
 ]
