@@ -573,7 +573,8 @@ def paged_attention(Q: torch.Tensor, K: PagedBlocks, V: PagedBlocks, *,
       so no tensor spans more than one run. A query that sees no key gets zeros.
 
     A decoding step (one query per sequence, no mask) on a CUDA device, or with the cache's
-    ``kernel="triton"``, runs :func:`attnlib.kernels.paged_decode.paged_decode` instead.
+    ``kernel="triton"``, runs :func:`attnlib.kernels.paged_decode.paged_decode` instead,
+    which accumulates in float32 whatever the dtype (:data:`KERNELS`).
 
     Args:
         Q: ``(B, H, N, d)``: the pass's queries (one row per sequence, or one packed row).
