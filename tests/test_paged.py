@@ -332,6 +332,8 @@ def test_paged_errors_name_the_rule():
     with pytest.raises(ValueError, match=r"must have shape \(1, G, 2, d\) for the scheduled pass"):
         cache.layers[0].append(torch.zeros(1, 1, 3, 2), torch.zeros(1, 1, 3, 2))
     model = TinyDecoder(vocab_size=10, d_model=8, n_layers=1, n_heads=2, seed=0)
+    with pytest.raises(ValueError, match=r"ids of shape \(B, N\), not unbatched \(N,\)"):
+        model(torch.tensor([1, 2, 3]), caches=PagedKVCache(1, 4, 2).layers)
     with pytest.raises(ValueError, match="free blocks"):
         model.generate(torch.tensor([[1, 2, 3]]), 5, caches=PagedKVCache(1, 1, 4).layers)
 
