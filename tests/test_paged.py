@@ -332,6 +332,8 @@ def test_paged_errors_name_the_rule():
     with pytest.raises(ValueError, match=r"must have shape \(1, G, 2, d\) for the scheduled pass"):
         cache.layers[0].append(torch.zeros(1, 1, 3, 2), torch.zeros(1, 1, 3, 2))
     model = TinyDecoder(vocab_size=10, d_model=8, n_layers=1, n_heads=2, seed=0)
+    with pytest.raises(ValueError, match=r"ids of shape \(B, N\), not unbatched \(N,\)"):
+        model(torch.tensor([1, 2, 3]), caches=PagedKVCache(1, 4, 2).layers)
     with pytest.raises(ValueError, match="free blocks"):
         model.generate(torch.tensor([[1, 2, 3]]), 5, caches=PagedKVCache(1, 1, 4).layers)
 
@@ -353,3 +355,33 @@ def test_paging_memory_closed_form(s, m):
 def test_paging_memory_checks():
     with pytest.raises(ValueError, match="lengths must be at most max_tokens=4; got 5"):
         paging_memory([5], max_tokens=4, block_size=2)
+
+
+def test_release_keeps_the_positions_of_the_rows_still_held():
+    model = TinyDecoder(vocab_size=29, d_model=48, n_layers=2, n_heads=6, n_kv_heads=2, seed=3,
+                        dtype=torch.float64)
+    ids = torch.randint(0, 29, (3, 11), generator=torch.Generator().manual_seed(0))
+    cache = PagedKVCache(2, 64, 4)
+    out = model.generate(ids, 5, caches=cache.layers)  # three rows of 15 tokens held
+    cache.release(2)  # the last row finished: rows 0 and 1 continue at position 15
+    assert cache.n_tokens == 15
+    with torch.no_grad():
+        paged_next = model(out[:2, -1:], caches=cache.layers)  # (2, 1, V)
+        alone = model(out[:2])[:, -1:]  # no cache: the same continuation
+    torch.testing.assert_close(paged_next, alone)
+    cache.release(0)  # rows 0 .. B - 1 would now mix an empty sequence with a held one
+    with pytest.raises(ValueError, match=r"must hold the same number of tokens.*\[0, 16\]"):
+        model(out[:2, -1:], caches=cache.layers)
+
+
+def test_equal_keys_mean_equal_prefixes_where_python_hashes_collide():
+    collide = 2**61 - 1
+    assert hash((None, (0,))) == hash((None, (collide,)))  # Python hashes ints mod 2**61 - 1
+    m = BlockManager(n_blocks=8, block_size=1)
+    for name, tokens in (("c", [collide, 5, 9]), ("a", [0, 7, 7])):  # blocks (5,) after c's
+        seq = Sequence(name, tokens=tokens)
+        m.allocate(seq, 3)
+        seq.n_cached = 3
+        m.hash_blocks(seq)
+    b = Sequence("b", tokens=[0, 5, 8])  # a's first block, then (5,), which only c holds
+    assert m.prefix(b) == [3]  # a's first block only: c's (5,) follows another prefix

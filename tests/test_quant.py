@@ -172,3 +172,55 @@ def test_window_losses_are_the_rows_scored_alone(book, kw):
     for row in (0, 4):
         alone, _ = quantised_loss(book, ids[row:row + 1], targets[row:row + 1], **kw)
         assert per[row].item() == pytest.approx(alone, abs=1e-6)
+
+
+def _decoded_losses(model, ids, targets, **kw):
+    """The reference: each window decoded one token a pass through QuantKVCaches."""
+    caches = [QuantKVCache(**kw) for _ in model.blocks]
+    with torch.no_grad():
+        logits = torch.cat([model(ids[:, t:t + 1], caches=caches) for t in range(ids.shape[1])],
+                           dim=1)
+    nll = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(),
+                                            reduction="none").reshape(targets.shape)
+    return nll.double().sum(1) / (targets != -100).sum(1)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(k_bits=4, v_bits=None, k_axis="channel", k_group=32),
+    dict(k_bits=4, v_bits=4, v_axis="channel", v_group=16),
+    dict(k_bits=4, v_bits=4, residual=32),
+    dict(k_bits=4, v_bits=8, k_axis="channel", k_group=32, residual=12),
+])
+def test_window_losses_are_those_of_decoding_token_by_token(book, kw):
+    """Every query reads the cache as it stands after its own token, unfinished groups in
+    float; one pass that quantised whole groups would let queries read later tokens' scales."""
+    ids, targets = train.held_out("book")
+    ids, targets = ids[:4, :80], targets[:4, :80]
+    per, _ = quantised_window_losses(book, ids, targets, **kw)
+    want = _decoded_losses(book, ids, targets, **kw)
+    torch.testing.assert_close(per, want, atol=2e-4, rtol=0)  # rounding-boundary flips only
+    caches = [QuantKVCache(**kw) for _ in book.blocks]
+    with torch.no_grad():
+        logits = book(ids, caches=caches)  # one pass: whole groups quantised at once
+    one = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(),
+                                            reduction="none").reshape(targets.shape).mean(1)
+    assert float((one.double() - want).abs().max()) > 2e-3
+
+
+@pytest.mark.parametrize("kw", [dict(k_bits=4, k_axis="channel", k_group=8, v_bits=8),
+                                dict(k_bits=4, v_bits=4, v_axis="channel", v_group=8,
+                                     residual=5)])
+def test_attention_error_reads_the_cache_as_decoding_does(kw):
+    g = torch.Generator().manual_seed(1)
+    Q = torch.randn(2, 4, 21, 8, generator=g)
+    K, V = (torch.randn(2, 2, 21, 8, generator=g) for _ in range(2))
+    err, nbytes = attention_error(Q, K, V, **kw)
+    cache, rows = QuantKVCache(**kw), []
+    for t in range(21):  # an explicit decoding loop: query t after appending token t
+        K_q, V_q = cache.append(K[..., t:t + 1, :], V[..., t:t + 1, :])
+        A = (Q[..., t:t + 1, :] @ K_q.repeat_interleave(2, dim=1).mT / 8 ** 0.5).softmax(-1)
+        rows.append(A @ V_q.repeat_interleave(2, dim=1))
+    Y = torch.nn.functional.scaled_dot_product_attention(Q, K, V, is_causal=True,
+                                                         enable_gqa=True)
+    want = float((torch.cat(rows, dim=-2) - Y).norm() / Y.norm())
+    assert err == pytest.approx(want, rel=1e-4) and nbytes == cache.nbytes

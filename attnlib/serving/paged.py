@@ -11,12 +11,16 @@ sequence ``b``'s block table lists its blocks in order, so its token ``t`` lives
 and a sequence holds ``ceil(n_b / s)`` blocks: it wastes fewer than ``s`` slots, in its
 last block, against ``N_max - n_b`` for contiguous pre-allocation (:func:`paging_memory`).
 
-The pieces, shaped as nano-vllm shapes them:
+The pieces follow nano-vllm's block manager (hashed full blocks, reference counts, the last
+block never shared, freed blocks keeping their content); its pool is ``(2, L, n_blocks, s,
+G, d)``, blocks before heads, and attnlib puts heads first:
 
 * :class:`BlockManager`, one per model: the blocks, their free list, a reference count per
   block, and the full blocks indexed by content. A :class:`Sequence` carries its own block
   table. A sequence takes one more block only when its last one is full. A full block is
-  hashed with the hash of the block before it, so equal hashes mean equal prefixes, and a
+  indexed by its tokens and the SHA-256 digest of the block before it (its own digest covers
+  both), so equal keys mean equal prefixes unless SHA-256 collides (Python's ``hash`` of
+  integers collides by construction, ``hash(0) == hash(2**61 - 1)``), and a
   new sequence whose prompt starts with blocks already in the pool shares them (their
   count goes up) instead of computing them again. Only full blocks are hashed; a block
   whose count falls to 0 returns to the free list but keeps its content, and is found
@@ -44,6 +48,7 @@ Lesson: 11_serving (05_kv_cache for the cache itself).
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections import deque
 from collections.abc import Sequence as Seq
@@ -62,7 +67,9 @@ __all__ = ["KERNELS", "Block", "BlockManager", "PagedBlocks", "PagedKVCache", "P
 KERNELS = ("auto", "torch", "triton")
 """How :func:`paged_attention` reads a decoding step: ``"auto"`` runs the Triton kernel on a
 CUDA device and PyTorch elsewhere; ``"torch"`` and ``"triton"`` force one (Triton on a CPU
-needs its interpreter, ``TRITON_INTERPRET=1`` before triton is imported)."""
+needs its interpreter, ``TRITON_INTERPRET=1`` before triton is imported). The kernel
+accumulates in float32 whatever the dtype, so a float64 model's decoding steps are then
+float32-accurate (about 1e-7); ``"torch"`` keeps float64."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -73,8 +80,9 @@ needs its interpreter, ``TRITON_INTERPRET=1`` before triton is imported)."""
 class Block:
     """One block of the pool: its id, how many sequences hold it, and its content key.
 
-    ``key`` is ``(hash of the previous block, this block's tokens)`` once the block is full
-    and its tokens are known, and ``hash`` is ``hash(key)``; both are None before.
+    ``key`` is ``(digest of the previous block, this block's tokens)`` once the block is full
+    and its tokens are known, and ``hash`` is the SHA-256 digest of that key (32 bytes), which
+    the next block's key carries; both are None before.
     """
 
     __slots__ = ("block_id", "hash", "key", "ref_count")
@@ -83,7 +91,7 @@ class Block:
         self.block_id = block_id
         self.ref_count = 0
         self.key: tuple | None = None
-        self.hash: int | None = None
+        self.hash: bytes | None = None
 
     def __repr__(self) -> str:
         return f"Block({self.block_id}, ref_count={self.ref_count}, hashed={self.key is not None})"
@@ -99,15 +107,19 @@ class Sequence:
             plain ``generate`` does not): full blocks of known tokens are hashed and shared.
         block_table: its blocks, in order.
         n_cached: the tokens whose keys and values are in the pool.
+        n_hashed: the leading blocks of the table already indexed by content.
+        runs: what is held, as runs ``[first slot, tokens]`` of consecutive slots of the
+            pool, the order attention reads them in.
+        n_runs: the tokens the runs cover.
     """
 
     seq_id: object
     tokens: list[int] = field(default_factory=list)
     block_table: list[int] = field(default_factory=list)
     n_cached: int = 0
-    n_hashed: int = 0  # leading blocks of the table already hashed
-    runs: list[list[int]] = field(default_factory=list)  # [first slot, tokens] of what is held
-    n_runs: int = 0  # the tokens the runs cover
+    n_hashed: int = 0
+    runs: list[list[int]] = field(default_factory=list)
+    n_runs: int = 0
 
 
 class BlockManager:
@@ -177,7 +189,7 @@ class BlockManager:
             block = self.blocks[seq.block_table[i]]
             previous = self.blocks[seq.block_table[i - 1]].hash if i else None
             block.key = (previous, tuple(seq.tokens[i * s:(i + 1) * s]))
-            block.hash = hash(block.key)
+            block.hash = _digest(block.key)
             self.cached.setdefault(block.key, block.block_id)
             seq.n_hashed = i + 1
 
@@ -246,6 +258,12 @@ class BlockManager:
                 f"n_free={self.n_free}, cached={len(self.cached)})")
 
 
+def _digest(key: tuple[bytes | None, tuple[int, ...]]) -> bytes:
+    """SHA-256 of a block's key: the previous digest (32 bytes, or none) and the tokens."""
+    previous, tokens = key
+    return hashlib.sha256((previous or b"") + repr(tokens).encode()).digest()
+
+
 # ---------------------------------------------------------------------------------------
 # The pool, and what one forward pass writes and reads
 # ---------------------------------------------------------------------------------------
@@ -299,7 +317,7 @@ class _Layer:
 
     @property
     def n_tokens(self) -> int:
-        """Tokens held by the sequence of row 0 of the last plain batch (0 before any)."""
+        """Tokens each row of a plain batch holds (:attr:`PagedKVCache.n_tokens`)."""
         return self.cache.n_tokens
 
     def append(self, K: torch.Tensor, V: torch.Tensor) -> tuple[PagedBlocks, PagedBlocks]:
@@ -383,8 +401,13 @@ class PagedKVCache:
 
     @property
     def n_tokens(self) -> int:
-        """Tokens held by the sequence of row 0 of the last plain batch (0 before any)."""
-        return self._rows[0].n_cached if self._rows else 0
+        """Tokens each row of a plain batch holds, the position of its next token: those of
+        the last plain batch, or after :meth:`release` those of the sequences still held
+        (0 before any)."""
+        if self._rows:
+            return self._rows[0].n_cached
+        held = {seq.n_cached for seq in self.sequences.values()}
+        return held.pop() if len(held) == 1 else 0
 
     @property
     def block_size(self) -> int:
@@ -412,7 +435,11 @@ class PagedKVCache:
         self._next = list(batch)
 
     def release(self, seq_id: object) -> None:
-        """Free the blocks of the plain-batch sequence ``seq_id`` (it has finished)."""
+        """Free the blocks of the plain-batch sequence ``seq_id`` (it has finished).
+
+        The sequences still held continue as rows ``0 .. B - 1`` of the next plain batch,
+        which must name only rows that hold the same number of tokens (release the last rows,
+        or schedule packed passes, :mod:`attnlib.serving.batching`)."""
         self.manager.deallocate(self.sequences.pop(seq_id))
         self._rows = []  # the next plain batch names its rows again
 
@@ -437,7 +464,8 @@ class PagedKVCache:
     def _start_pass(self, K: torch.Tensor, V: torch.Tensor) -> None:
         """Layer 0's append: take the blocks of the pass, plan its writes and reads."""
         if K.dim() != 4 or V.shape[:3] != K.shape[:3]:
-            raise ValueError(f"K and V must have shape (B, G, N, d) for a PagedKVCache; got "
+            raise ValueError(f"K and V must have shape (B, G, N, d) for a PagedKVCache, one row "
+                             f"per sequence (ids of shape (B, N), not unbatched (N,)); got "
                              f"{tuple(K.shape)} and {tuple(V.shape)}")
         B, G, N, d = K.shape
         if self.pool is None:
@@ -458,6 +486,12 @@ class PagedKVCache:
                                  f"the scheduled pass; got {tuple(K.shape)}")
         else:  # a plain batch: row b is sequence b
             if len(self._rows) != B:
+                held = [self.sequences[b].n_cached if b in self.sequences else 0
+                        for b in range(B)]
+                if len(set(held)) > 1:  # the positions of a plain batch are shared by its rows
+                    raise ValueError(f"every row of a plain batch must hold the same number of "
+                                     f"tokens (row b continues sequence b); rows 0 .. {B - 1} "
+                                     f"hold {held}")
                 self._rows = [self.sequences.setdefault(b, Sequence(b)) for b in range(B)]
             batch, packed = [(seq, N) for seq in self._rows], False
         need = sum(self.manager.blocks_needed(seq, n) for seq, n in batch)
@@ -539,7 +573,8 @@ def paged_attention(Q: torch.Tensor, K: PagedBlocks, V: PagedBlocks, *,
       so no tensor spans more than one run. A query that sees no key gets zeros.
 
     A decoding step (one query per sequence, no mask) on a CUDA device, or with the cache's
-    ``kernel="triton"``, runs :func:`attnlib.kernels.paged_decode.paged_decode` instead.
+    ``kernel="triton"``, runs :func:`attnlib.kernels.paged_decode.paged_decode` instead,
+    which accumulates in float32 whatever the dtype (:data:`KERNELS`).
 
     Args:
         Q: ``(B, H, N, d)``: the pass's queries (one row per sequence, or one packed row).

@@ -15,6 +15,13 @@ scale. A cached tensor ``(..., N, d)`` is grouped one of two ways:
 * per channel: each channel over ``group_size`` consecutive tokens: scales
   ``(..., N / group_size, d)``. A cache quantises a token group once it is full; the
   last ``N mod group_size`` tokens wait in float (KIVI's residual, Liu et al. 2024).
+  A per-token cache may hold the same float residual (``residual=``), so that two layouts
+  differ only in their scales.
+
+A decoding query reads the cache as it stands after its own token: the unfinished group in
+float. :func:`attention_error` and :func:`quantised_loss` score every query that way, token
+for token what decoding through :class:`QuantKVCache` gives, in one pass per group rather
+than one per token.
 
 Keys and values are chosen separately. In large trained models keys carry a few
 *outlier channels*, large in every token; one scale per token is then set by the
@@ -139,6 +146,8 @@ class QuantKVCache(Cache):
         k_axis, v_axis: ``"token"`` or ``"channel"``.
         k_group, v_group: numbers per scale for keys and values: channels per token-scale
             (None: all ``d``), tokens per channel-scale (required per channel).
+        residual: per-token rows wait in float until ``residual`` of them are held and are
+            then quantised together (None: at once), as per-channel rows wait for their group.
         max_tokens: accepted for the protocol of ``new_cache(max_tokens)`` and ignored.
 
     Example:
@@ -155,8 +164,11 @@ class QuantKVCache(Cache):
     def __init__(self, k_bits: int | None = 8, v_bits: int | None = 8, *,
                  k_axis: str = "token", v_axis: str = "token",
                  k_group: int | None = None, v_group: int | None = None,
-                 max_tokens: int | None = None) -> None:
+                 residual: int | None = None, max_tokens: int | None = None) -> None:
         super().__init__(None)
+        if residual is not None:
+            check_positive_int("residual", residual)
+        self.residual = residual
         for name, bits, axis, group in (("k", k_bits, k_axis, k_group),
                                         ("v", v_bits, v_axis, v_group)):
             if bits is not None and bits not in BITS:
@@ -181,17 +193,24 @@ class QuantKVCache(Cache):
             rest = T if rest is None else torch.cat((rest, T), dim=-2)
             if bits is not None:
                 d, N = rest.shape[-1], rest.shape[-2]
-                if axis == "token":
-                    self._q[name].append(quantise(rest, bits, axis="token",
-                                                  group_size=group or d))
-                    rest = rest[..., :0, :]
-                elif N >= group:  # per channel: the full token groups
-                    n = N - N % group
-                    self._q[name].append(quantise(rest[..., :n, :], bits, axis="channel",
-                                                  group_size=group))
+                wait = group if axis == "channel" else self.residual or 1
+                n = N - N % wait  # the full groups of tokens (every token with no residual)
+                if n:
+                    self._q[name].append(quantise(rest[..., :n, :], bits, axis=axis,
+                                                  group_size=group or d if axis == "token"
+                                                  else group))
                     rest = rest[..., n:, :]
             self._float[name] = rest
         return self.held("K"), self.held("V")
+
+    def _chunks(self, N: int) -> list[tuple[int, int]]:
+        """Chunks ``[a, b)`` of ``N`` tokens that, appended in turn, give every query what it
+        reads decoding token by token: a chunk quantises a group only at its first token.
+        (Per-token rows with no residual are quantised alone, whenever they arrive.)"""
+        waits = {group if axis == "channel" else self.residual
+                 for bits, axis, group in self.spec.values() if bits is not None}
+        starts = sorted({0} | {t for w in waits if w for t in range(w - 1, N, w)})
+        return list(zip(starts, [*starts[1:], N], strict=True))
 
     def held(self, name: str) -> torch.Tensor | None:
         """Every held row of ``name`` dequantised (the float residual last)."""
@@ -248,17 +267,20 @@ class QuantKVCache(Cache):
 
     def __repr__(self) -> str:
         return (f"QuantKVCache(K={self.spec['K']}, V={self.spec['V']}, "
-                f"n_tokens={self._n}, nbytes={self.nbytes})")
+                f"residual={self.residual}, n_tokens={self._n}, nbytes={self.nbytes})")
 
 
 def attention_error(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, *,
                     k_bits: int | None = 8, v_bits: int | None = 8, k_axis: str = "token",
                     v_axis: str = "token", k_group: int | None = None,
-                    v_group: int | None = None) -> tuple[float, int]:
+                    v_group: int | None = None, residual: int | None = None
+                    ) -> tuple[float, int]:
     """``||Y_q - Y|| / ||Y||`` for causal attention over quantised ``K, V``, and their bytes.
 
     ``Q`` is ``(..., H, N, d)``, ``K, V`` are ``(..., G, N, d)``; the keys and values pass
-    through a :class:`QuantKVCache` of the given choices, as in decoding.
+    through a :class:`QuantKVCache` of the given choices, and query ``t`` reads them as the
+    cache holds them after token ``t`` (its unfinished group in float), exactly as in
+    decoding; the bytes are the cache's after all ``N``.
 
     Example:
         >>> g = torch.Generator().manual_seed(0)
@@ -272,22 +294,26 @@ def attention_error(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, *,
     check_divisible("Q's heads (Q.shape[-3])", Q.shape[-3], "K's heads (K.shape[-3])",
                     K.shape[-3])
     cache = QuantKVCache(k_bits, v_bits, k_axis=k_axis, v_axis=v_axis, k_group=k_group,
-                         v_group=v_group)
-    K_q, V_q = cache.append(K, V)
+                         v_group=v_group, residual=residual)
     Y = sdpa_attention(Q, K, V, causal=True)  # G KV heads for H query heads
-    Y_q = sdpa_attention(Q, K_q, V_q, causal=True)
+    Y_q = torch.cat([sdpa_attention(Q[..., a:b, :], *cache.append(K[..., a:b, :],
+                                                                   V[..., a:b, :]),
+                                    causal=True)  # bottom-right: the chunk's last keys
+                     for a, b in cache._chunks(K.shape[-2])], dim=-2)
     return float((Y_q - Y).norm() / Y.norm()), cache.nbytes
 
 
 @torch.no_grad()
-def _quantised_nll(model, ids, targets, *, k_bits, v_bits, k_axis, v_axis, k_group, v_group
-                   ) -> tuple[torch.Tensor, int]:
+def _quantised_nll(model, ids, targets, *, k_bits, v_bits, k_axis, v_axis, k_group, v_group,
+                   residual) -> tuple[torch.Tensor, int]:
     """Each position's cross-entropy ``(B, N)`` (float32, 0 where the target is ``-100``)
-    with every layer reading a :class:`QuantKVCache`, and the caches' bytes."""
+    with every layer reading a :class:`QuantKVCache` as decoding reads it, and the caches'
+    bytes after all ``N`` tokens."""
     check_tensor("ids", ids, min_dim=1, floating=False)
     caches = [QuantKVCache(k_bits, v_bits, k_axis=k_axis, v_axis=v_axis, k_group=k_group,
-                           v_group=v_group) for _ in model.blocks]
-    logits = model(ids, caches=caches)
+                           v_group=v_group, residual=residual) for _ in model.blocks]
+    logits = torch.cat([model(ids[..., a:b], caches=caches)
+                        for a, b in caches[0]._chunks(ids.shape[-1])], dim=-2)
     nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
                                             targets.reshape(-1), reduction="none")
     return nll.reshape(targets.shape), sum(c.nbytes for c in caches)
@@ -296,24 +322,28 @@ def _quantised_nll(model, ids, targets, *, k_bits, v_bits, k_axis, v_axis, k_gro
 def quantised_loss(model, ids: torch.Tensor, targets: torch.Tensor, *,
                    k_bits: int | None = 8, v_bits: int | None = 8, k_axis: str = "token",
                    v_axis: str = "token", k_group: int | None = None,
-                   v_group: int | None = None) -> tuple[float, int]:
+                   v_group: int | None = None, residual: int | None = None
+                   ) -> tuple[float, int]:
     """Mean cross-entropy (nats per token) of ``model`` reading its caches quantised, and
-    the bytes of those caches (every layer).
+    the bytes of those caches (every layer, after all ``N`` tokens).
 
-    One forward pass over ``ids (B, N)`` with a :class:`QuantKVCache` per layer: every
-    query reads the dequantised keys and values of the tokens up to itself (per channel,
-    the last ``N mod k_group`` tokens stay float, as in a cache that is decoding).
+    ``ids (B, N)`` pass through a :class:`QuantKVCache` per layer, and the query at token
+    ``t`` reads the dequantised keys and values the cache holds after token ``t``: the full
+    groups quantised, the unfinished group (per channel, or per token with ``residual``) in
+    float. That is what decoding token by token gives; the passes are cut where a group
+    fills, one pass per group instead of one per token.
     """
     nll, nbytes = _quantised_nll(model, ids, targets, k_bits=k_bits, v_bits=v_bits,
                                  k_axis=k_axis, v_axis=v_axis, k_group=k_group,
-                                 v_group=v_group)
+                                 v_group=v_group, residual=residual)
     return float(nll.sum() / (targets != -100).sum()), nbytes
 
 
 def quantised_window_losses(model, ids: torch.Tensor, targets: torch.Tensor, *,
                             k_bits: int | None = 8, v_bits: int | None = 8,
                             k_axis: str = "token", v_axis: str = "token",
-                            k_group: int | None = None, v_group: int | None = None
+                            k_group: int | None = None, v_group: int | None = None,
+                            residual: int | None = None
                             ) -> tuple[torch.Tensor, int]:
     """:func:`quantised_loss` window by window: each row's mean loss ``(B,)`` float64 and
     the caches' bytes. Each row of ``ids`` has caches of its own (per-channel groups run
@@ -322,6 +352,6 @@ def quantised_window_losses(model, ids: torch.Tensor, targets: torch.Tensor, *,
     """
     nll, nbytes = _quantised_nll(model, ids, targets, k_bits=k_bits, v_bits=v_bits,
                                  k_axis=k_axis, v_axis=v_axis, k_group=k_group,
-                                 v_group=v_group)
+                                 v_group=v_group, residual=residual)
     counts = (targets != -100).sum(dim=1)
     return nll.double().sum(dim=1) / counts, nbytes
