@@ -207,7 +207,7 @@ test-standalone: $(VENV_STAMP)
 # Needs the site and the PDF that test-book builds.
 test-browser: check-browser $(VENV_STAMP) $(NPM_STAMP)
 	@echo "== the site in a browser (weight, layout shift, axe-core, figures, navigation, search)"
-	BOOK_SITE_REQUIRED=1 $(BIN)/python -m pytest -n $(call WORKERS,1.5,--most 3) --dist loadfile \
+	BOOK_SITE_REQUIRED=1 $(BIN)/python -m pytest -o faulthandler_timeout=1200 -n $(call WORKERS,1.5,--most 3) --dist loadfile \
 	  tests/book/site/test_site_browser.py tests/book/site/test_site_figures.py \
 	  tests/book/site/test_site_sources.py tests/book/site/test_site_reader.py
 

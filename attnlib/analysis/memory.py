@@ -1185,7 +1185,10 @@ FRONTIER: dict[str, ModelSpec] = {
     )
 }
 """The 2025-2026 designs, keyed by display name; apart from :data:`PRESETS`, whose models the
-calculator of lesson 05 lists."""
+calculator of lesson 05 lists.
+
+:meta hide-value:
+"""
 
 PRESETS: dict[str, ModelSpec] = {
     spec.name: spec
@@ -1199,7 +1202,10 @@ PRESETS: dict[str, ModelSpec] = {
         DEEPSEEK_V3,
     )
 }
-"""Every preset, keyed by its display name (``spec.name``)."""
+"""Every preset, keyed by its display name (``spec.name``).
+
+:meta hide-value:
+"""
 
 
 def _check_counts(**counts: object) -> None:
