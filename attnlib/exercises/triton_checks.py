@@ -210,12 +210,13 @@ class _Watch:
             elements = ((active[mine] - lo) // size).astype(np.int64)
             stray = ~g.inside[elements]
             if stray.any():
-                where = g.where(int(elements[stray][0]))
+                first = int(elements[stray][0])
+                where = g.where(first)
                 count = int(stray.sum())
                 rule = ("a store needs a mask that turns off the lanes outside the tensor"
                         if store else "a load needs a mask (and other=) for the lanes outside "
                         "the tensor, and each row starts at the row stride, not the row length")
-                if "before" in where:  # an offset below zero: no mask past the end helps
+                if first < g.before:  # an offset below zero: no mask past the end helps
                     rule = (f"the offsets start before {g.name}'s first element: a tile's "
                             "first row or column is below zero there")
                 raise CheckFailedError(f"the kernel {verb} {g.name} outside its elements, at "
